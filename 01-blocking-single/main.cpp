@@ -1,0 +1,61 @@
+// 01-blocking-single: one thread, blocking sockets, one connection at a time.
+//
+// The simplest server that can work: accept a connection, serve its requests until it closes, then accept the next.
+// While one client is being served (or is merely connected and silent), every other client waits in the kernel's
+// listen queue. With the 1 ms handler that caps the server near 1 / 1.1 ms = ~900 requests a second, whatever the
+// concurrency. Chapter 02 lifts that limit with a thread per connection.
+//
+// Needs:  Linux, g++ with C++17.
+// Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
+// Run:    ./run_server            (./run_server --help for the flags)
+// Try:    curl -i http://127.0.0.1:8080/
+#include <string>
+
+#include "../common/handler.hpp"
+#include "../common/http.hpp"
+#include "../common/lifecycle.hpp"
+#include "../common/net.hpp"
+#include "../common/options.hpp"
+
+namespace {
+
+// [excerpt:serve-connection]
+// Serves one connection until the client closes it, an error occurs, or it stays silent for --idle-timeout
+// (SO_RCVTIMEO makes recv() give up). Everyone else waits meanwhile: that is the lesson of this chapter.
+void serve(Fd client, const Options& opts) {
+  set_io_timeouts(client.get(), opts.idle_timeout);
+  std::string in;  // bytes received and not yet answered; may hold several pipelined requests
+  for (;;) {
+    http::Parse p = http::parse_request(in);
+    if (p.status == http::Parse::kError) {
+      send_all(client.get(), http::error_response(p.error));
+      return;  // the Fd closes the connection
+    }
+    if (p.status == http::Parse::kIncomplete) {
+      if (stop_requested() || recv_into(client.get(), in) <= 0) return;  // EOF, error, idle timeout or stop
+      continue;
+    }
+    InFlight counted;
+    run_handler_here(opts);  // the simulated 1 ms of waiting blocks the only thread we have
+    if (!send_all(client.get(), http::response(p.request)) || !p.request.keep_alive) return;
+    in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
+  }
+}
+// [/excerpt:serve-connection]
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opts = options_or_exit(argc, argv, {"01-blocking-single", 0, "it serves one connection at a time"});
+  start_process();
+  std::vector<Fd> listener = listen_sockets(opts);
+
+  // [excerpt:accept-loop]
+  for (;;) {
+    Fd client = accept_or_stop(listener[0].get());
+    if (!client.valid()) break;  // SIGINT or SIGTERM: stop accepting
+    serve(std::move(client), opts);
+  }
+  // [/excerpt:accept-loop]
+  return 0;  // serve() always finishes its response before returning, so nothing is left in flight
+}

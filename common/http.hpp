@@ -1,0 +1,253 @@
+// common/http.hpp: the HTTP/1.1 every server speaks, the same for all seven I/O models.
+//
+// parse_request() looks at the bytes a connection has received and says one of three things:
+//   kIncomplete  the request head has not ended yet: read more (unless the head is already too long: then kError 431)
+//   kComplete    one request head of `length` bytes is at the front: answer it, then drop those bytes
+//   kError       the head is malformed: answer error_response(status) and close the connection
+//
+// It looks again from the start of the buffer every time it is called. A head is at most kMaxHead bytes, so that
+// costs at most 8 KiB per read, even for a client that sends one byte at a time, and there is no saved state that
+// could get out of step with the buffer. Request bodies are never read: a request that announces one is refused,
+// because after it the framing of the connection would depend on bytes we did not read.
+#pragma once
+
+#include <array>
+#include <cctype>
+#include <cstddef>
+#include <ctime>
+#include <string>
+#include <string_view>
+
+namespace http {
+
+constexpr std::size_t kMaxHead = 8 * 1024;  // a longer request head is answered 431
+constexpr std::size_t kBodySize = 1024;      // the fixed response body of the course's one workload
+
+struct Request {
+  bool head_only = false;   // HEAD: the same headers, no body
+  bool keep_alive = false;  // the connection stays open after the response
+  std::string target;       // the request target as sent ("/", "/index.html?x=1")
+};
+
+struct Parse {
+  enum Status { kIncomplete, kComplete, kError };
+  Status status = kIncomplete;
+  std::size_t length = 0;  // kComplete: bytes of the head, to drop from the buffer once answered
+  int error = 0;           // kError: the HTTP status to answer
+  Request request;         // kComplete: what was asked
+};
+
+namespace detail {
+
+inline bool is_tchar(unsigned char c) {  // RFC 9110 5.6.2: the characters of a token
+  return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+inline bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  for (unsigned char c : s)
+    if (!is_tchar(c)) return false;
+  return true;
+}
+
+inline bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+inline std::string_view trim(std::string_view s) {  // optional whitespace (OWS) around a field value
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Calls f(token) for each comma-separated element of a list value ("keep-alive, Upgrade").
+template <class F>
+void for_each_element(std::string_view list, F f) {
+  while (!list.empty()) {
+    std::size_t comma = list.find(',');
+    f(trim(list.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+// Content-Length is 1*DIGIT; a list of equal values ("5, 5") is allowed by RFC 9112 6.3, different ones are not.
+inline bool parse_content_length(std::string_view value, long long& out) {
+  bool ok = true, seen = false;
+  for_each_element(value, [&](std::string_view v) {
+    long long n = 0;
+    if (v.empty() || v.size() > 18) ok = false;
+    for (char c : v) {
+      if (c < '0' || c > '9') ok = false;
+      n = n * 10 + (c - '0');
+    }
+    if (ok && seen && n != out) ok = false;
+    out = n;
+    seen = true;
+  });
+  return ok && seen;
+}
+
+}  // namespace detail
+
+inline Parse parse_request(std::string_view data) {
+  using namespace detail;
+  Parse p;
+  auto fail = [&p](int status) {
+    p.status = Parse::kError;
+    p.error = status;
+    return p;
+  };
+
+  // Lines end in CRLF; RFC 9112 2.2 lets a server accept a bare LF too. Empty lines before a request are skipped.
+  std::size_t pos = 0;
+  std::string_view line;
+  auto next_line = [&]() {
+    std::size_t lf = data.find('\n', pos);
+    if (lf == std::string_view::npos) return false;
+    line = data.substr(pos, lf - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    pos = lf + 1;
+    return true;
+  };
+  std::size_t start = 0;
+  do {
+    start = pos;
+    if (pos >= kMaxHead) return fail(431);
+    if (!next_line()) return data.size() - start > kMaxHead ? fail(431) : p;
+  } while (line.empty());
+
+  // The request line: method SP target SP version, single spaces, nothing else.
+  std::size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp1 == sp2) return fail(400);
+  std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
+                   version = line.substr(sp2 + 1);
+  if (!is_token(method) || target.empty()) return fail(400);
+  for (unsigned char c : target)
+    if (c <= ' ' || c == 0x7f) return fail(400);
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !std::isdigit(static_cast<unsigned char>(version[5])) ||
+      version[6] != '.' || !std::isdigit(static_cast<unsigned char>(version[7])))
+    return fail(400);
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") return fail(505);
+  bool http11 = version == "HTTP/1.1";
+
+  // The header fields, up to the empty line that ends the head.
+  int hosts = 0;
+  bool has_length = false, has_chunked = false, close = false, keep_alive = false;
+  long long length = 0;
+  for (;;) {
+    if (!next_line()) return data.size() - start > kMaxHead ? fail(431) : p;
+    if (pos - start > kMaxHead) return fail(431);
+    if (line.empty()) break;
+    // RFC 9112 5.2: obsolete line folding (a line starting with whitespace) is refused with 400.
+    if (line.front() == ' ' || line.front() == '\t') return fail(400);
+    std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return fail(400);
+    // A name is a token, so whitespace before the colon (RFC 9112 5.1) fails this test too.
+    std::string_view name = line.substr(0, colon), value = trim(line.substr(colon + 1));
+    if (!is_token(name)) return fail(400);
+    for (unsigned char c : value)  // field-vchar, SP, HTAB, obs-text; this also refuses a bare CR (RFC 9112 2.2)
+      if ((c < ' ' && c != '\t') || c == 0x7f) return fail(400);
+
+    if (iequals(name, "Host")) {
+      ++hosts;
+    } else if (iequals(name, "Content-Length")) {
+      long long n = 0;
+      if (!parse_content_length(value, n) || (has_length && n != length)) return fail(400);
+      has_length = true;
+      length = n;
+    } else if (iequals(name, "Transfer-Encoding")) {
+      has_chunked = true;
+    } else if (iequals(name, "Connection")) {
+      for_each_element(value, [&](std::string_view option) {
+        if (iequals(option, "close")) close = true;
+        if (iequals(option, "keep-alive")) keep_alive = true;
+      });
+    }
+  }
+
+  // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; more than one is refused in any version.
+  if ((http11 && hosts == 0) || hosts > 1) return fail(400);
+  // RFC 9112 6.1 and 6.3: Transfer-Encoding in HTTP/1.0, or with Content-Length, means framing we cannot trust.
+  if (has_chunked && (!http11 || has_length)) return fail(400);
+  if (has_chunked) return fail(501);         // we read no request bodies, so we implement no transfer coding
+  if (length > 0) return fail(413);          // the same: a body we would have to read and skip
+  if (method != "GET" && method != "HEAD") return fail(405);
+
+  p.status = Parse::kComplete;
+  p.length = pos;
+  p.request.head_only = method == "HEAD";
+  p.request.keep_alive = http11 ? !close : (keep_alive && !close);
+  p.request.target = std::string(target);
+  return p;
+}
+
+// The Date header (RFC 9110 5.6.7), formatted once per second per thread.
+inline std::string_view http_date() {
+  thread_local std::time_t cached_second = 0;
+  thread_local std::array<char, 40> text{};
+  std::time_t now = std::time(nullptr);
+  if (now != cached_second) {
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    std::strftime(text.data(), text.size(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    cached_second = now;
+  }
+  return text.data();
+}
+
+inline const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 405: return "Method Not Allowed";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+  }
+}
+
+inline std::string status_and_headers(int status, std::size_t content_length, bool keep_alive) {
+  std::string head;
+  head.reserve(200);
+  head += "HTTP/1.1 ";
+  head += std::to_string(status);
+  head += ' ';
+  head += reason_phrase(status);
+  head += "\r\nServer: psp\r\nDate: ";
+  head += http_date();
+  head += "\r\nContent-Type: text/plain\r\nContent-Length: ";
+  head += std::to_string(content_length);
+  head += keep_alive ? "\r\nConnection: keep-alive\r\n" : "\r\nConnection: close\r\n";
+  return head;
+}
+
+// The answer to a well-formed request: 200 with the 1 KB body (none for HEAD).
+inline std::string response(const Request& request) {
+  static const std::string body = [] {
+    std::string b(kBodySize, 'x');
+    b.back() = '\n';
+    return b;
+  }();
+  std::string out = status_and_headers(200, body.size(), request.keep_alive);
+  out += "\r\n";
+  if (!request.head_only) out += body;
+  return out;
+}
+
+// The answer to a request we refuse: a short text body, and the connection closes after it.
+inline std::string error_response(int status) {
+  std::string body = std::to_string(status) + ' ' + reason_phrase(status) + '\n';
+  std::string out = status_and_headers(status, body.size(), false);
+  if (status == 405) out += "Allow: GET, HEAD\r\n";
+  out += "\r\n";
+  return out + body;
+}
+
+}  // namespace http

@@ -1,0 +1,223 @@
+// common/net.hpp: sockets, the same for all seven servers.
+//
+// Listening (with the "listening on" line scripts wait for), accepting (with the EMFILE policy), and the blocking
+// send/recv loops that handle short writes and EINTR. Per-connection errors are returned, never fatal; only start-up
+// errors end the process, with one sentence and exit status 1.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "options.hpp"
+
+// Owns one file descriptor and closes it exactly once.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);  // never retry close() on EINTR: on Linux the fd is already gone
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+[[noreturn]] inline void fail_startup(const std::string& sentence) {
+  std::fprintf(stderr, "error: %s\n", sentence.c_str());
+  std::exit(1);
+}
+
+inline void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+// Raises the soft descriptor limit to the hard one (often 1024 -> 1048576), so that thousands of connections fit.
+inline void raise_fd_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+namespace detail {
+
+inline socklen_t make_address(const std::string& host, int port, sockaddr_storage& addr) {
+  std::memset(&addr, 0, sizeof addr);
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    return sizeof(sockaddr_in);
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  ::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr);  // options.hpp has checked that it parses
+  v6->sin6_family = AF_INET6;
+  v6->sin6_port = htons(static_cast<uint16_t>(port));
+  return sizeof(sockaddr_in6);
+}
+
+inline int bound_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(addr).sin_port
+                                         : reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
+}
+
+}  // namespace detail
+
+// `count` non-blocking listening sockets on opts.host:opts.port, and prints the "listening on" line.
+//
+// With count > 1 every socket sets SO_REUSEPORT, so each event-loop thread can own its own listener and the kernel
+// spreads new connections across them (what nginx calls `reuseport`). With --port 0 the first socket picks the port
+// and the others join it. SO_REUSEADDR lets a restarted server bind while old connections sit in TIME_WAIT.
+// One caveat of SO_REUSEPORT: a second copy of the same server, run by the same user, can join the group instead
+// of failing with "already in use".
+inline std::vector<Fd> listen_sockets(const Options& opts, int count = 1) {
+  std::vector<Fd> sockets;
+  int port = opts.port;
+  for (int i = 0; i < count; ++i) {
+    sockaddr_storage addr{};
+    socklen_t len = detail::make_address(opts.host, port, addr);
+    Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) fail_startup(std::string("cannot create a socket: ") + std::strerror(errno));
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (count > 1) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      if (errno == EADDRINUSE)
+        fail_startup("port " + std::to_string(port) + " on " + opts.host + " is already in use");
+      fail_startup("cannot listen on " + opts.host + " port " + std::to_string(port) + ": " + std::strerror(errno));
+    }
+    if (::listen(fd.get(), opts.backlog) != 0)
+      fail_startup(std::string("listen() failed: ") + std::strerror(errno));
+    port = detail::bound_port(fd.get());
+    sockets.push_back(std::move(fd));
+  }
+  bool v6 = opts.host.find(':') != std::string::npos;
+  std::printf("listening on http://%s%s%s:%d/\n", v6 ? "[" : "", opts.host.c_str(), v6 ? "]" : "", port);
+  std::fflush(stdout);
+  return sockets;
+}
+
+// The EMFILE policy, shared by every model.
+//
+// When the process is out of descriptors, accept() fails and the pending connection stays in the listen queue, so
+// a level-triggered loop would wake up again at once and spin. We keep one spare descriptor open; on EMFILE we close
+// it, accept the pending connection, close that at once (the client sees its connection closed), and reopen the
+// spare. Connections already open keep being served, and accepting resumes as soon as descriptors free up.
+// (The trick is libev's; a mutex keeps two threads from spending the one spare at once.)
+namespace detail {
+inline std::mutex spare_mutex;
+inline int spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}  // namespace detail
+
+inline void shed_pending_connection(int listen_fd) {
+  std::lock_guard<std::mutex> lock(detail::spare_mutex);
+  pollfd p{listen_fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) != 1) return;  // nothing pending: never block here, even on a blocking listener
+  if (detail::spare_fd >= 0) ::close(detail::spare_fd);
+  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+enum class Blocking { kYes, kNo };
+
+// One new connection, or an invalid Fd when there is none to take right now (nothing pending, the client gave up,
+// or the process was out of descriptors and the connection was shed). Sets TCP_NODELAY: every response is written
+// whole, so Nagle's algorithm could only add delay to pipelined replies.
+inline Fd accept_client(int listen_fd, Blocking mode) {
+  int flags = SOCK_CLOEXEC | (mode == Blocking::kNo ? SOCK_NONBLOCK : 0);
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, flags);
+    if (fd >= 0) {
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return Fd(fd);
+    }
+    if (errno == EINTR) continue;
+    if (errno == EMFILE || errno == ENFILE) shed_pending_connection(listen_fd);
+    return Fd();  // EAGAIN, ECONNABORTED, EMFILE...: nothing to serve now; the caller waits for readiness again
+  }
+}
+
+// Blocking models: how long recv() and send() may wait before the connection counts as idle (SO_RCVTIMEO/SNDTIMEO).
+inline void set_io_timeouts(int fd, std::chrono::seconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// Blocking sockets: writes all of `data`, however many calls that takes. False on any error (the peer reset or
+// vanished, or the send timeout passed). MSG_NOSIGNAL: a closed peer gives EPIPE, not a SIGPIPE that kills us.
+inline bool send_all(int fd, const std::string& data) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Non-blocking sockets: writes what the kernel takes now, from data[offset...]. Returns false on a real error;
+// `offset` tells how far it got, and offset < data.size() means "wait until writable, then call again".
+inline bool send_some(int fd, const std::string& data, std::size_t& offset) {
+  while (offset < data.size()) {
+    ssize_t n = ::send(fd, data.data() + offset, data.size() - offset, MSG_NOSIGNAL);
+    if (n > 0) {
+      offset += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+  }
+  return true;
+}
+
+// Appends what can be read now to `buffer`. Returns >0 bytes read, 0 on EOF, -1 on error and -2 for "nothing
+// now" (EAGAIN: no data yet on a non-blocking socket; on a blocking one, the SO_RCVTIMEO idle timeout passed).
+// Reads at most 4 KiB, so a client cannot grow a buffer much past the 8 KiB head limit before the parser answers.
+// EINTR counts as an error: only the stop signal interrupts a call here (its handler has no SA_RESTART, see
+// lifecycle.hpp), and a connection that is waiting for a request has nothing in flight, so it may close.
+inline long recv_into(int fd, std::string& buffer) {
+  char chunk[4096];
+  ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+  if (n > 0) buffer.append(chunk, static_cast<std::size_t>(n));
+  if (n >= 0) return static_cast<long>(n);
+  return errno == EAGAIN || errno == EWOULDBLOCK ? -2 : -1;
+}
