@@ -1,1 +1,83 @@
-int main() { return 1; }  // placeholder until the server is written
+// 02-thread-per-conn: blocking sockets, and a new thread for every connection.
+//
+// Chapter 01's serve() loop, unchanged, but every connection gets a thread of its own, so a slow or silent client
+// no longer holds up the others: while one thread sleeps in the 1 ms handler or waits in recv(), the kernel runs
+// the rest. The price is one thread per connection, created and destroyed each time, with no upper bound:
+// 10,000 idle keep-alive clients are 10,000 sleeping threads, each with its own stack. Chapter 03 serves every
+// connection from a single thread with select() instead.
+//
+// Needs:  Linux, g++ with C++17.
+// Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
+// Run:    ./run_server            (./run_server --help for the flags)
+// Try:    curl -i http://127.0.0.1:8080/
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "../common/handler.hpp"
+#include "../common/http.hpp"
+#include "../common/lifecycle.hpp"
+#include "../common/net.hpp"
+#include "../common/options.hpp"
+
+namespace {
+
+// [excerpt:serve-connection]
+// Serves one connection, in its own thread, until the client closes it, an error occurs, or it stays silent for
+// --idle-timeout (SO_RCVTIMEO makes recv() give up). Word for word chapter 01's loop: blocking here now stops only
+// this thread, and the other connections carry on in theirs.
+void serve(Fd client, const Options& opts) {
+  set_io_timeouts(client.get(), opts.idle_timeout);
+  std::string in;  // bytes received and not yet answered; may hold several pipelined requests
+  for (;;) {
+    http::Parse p = http::parse_request(in);
+    if (p.status == http::Parse::kError) {
+      send_all(client.get(), http::error_response(p.error));
+      return;  // the Fd closes the connection
+    }
+    if (p.status == http::Parse::kIncomplete) {
+      if (stop_requested() || recv_into(client.get(), in) <= 0) return;  // EOF, error, idle timeout or stop
+      continue;
+    }
+    InFlight counted;
+    run_handler_here(opts);  // the simulated 1 ms of waiting blocks this connection's thread, and only it
+    if (!send_all(client.get(), http::response(p.request)) || !p.request.keep_alive) return;
+    in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
+  }
+}
+// [/excerpt:serve-connection]
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opts = options_or_exit(
+      argc, argv, {"02-thread-per-conn", 0, "it starts one thread per connection, as many as there are clients"});
+  start_process();
+  std::vector<Fd> listener = listen_sockets(opts);
+
+  // [excerpt:accept-loop]
+  // Ownership: the new thread owns the connection (it rebuilds the Fd from the number) and closes it when serve()
+  // returns. The thread is detached: nobody joins it, it simply ends. It captures a copy of the options, so it
+  // points into nobody's stack. If the thread cannot be created (std::system_error, EAGAIN: the thread limit or no
+  // memory left for another stack), this client gets 503 and the server keeps serving everyone else.
+  for (;;) {
+    Fd client = accept_or_stop(listener[0].get());
+    if (!client.valid()) break;  // SIGINT or SIGTERM: stop accepting
+    const int fd = client.release();
+    try {
+      std::thread([fd, opts] { serve(Fd(fd), opts); }).detach();
+    } catch (const std::system_error&) {
+      Fd refused(fd);  // the thread never existed, so the connection is still ours to answer and close
+      send_all(refused.get(), http::error_response(503));
+    }
+  }
+  // [/excerpt:accept-loop]
+
+  // [excerpt:stop]
+  listener.clear();      // new clients are refused from now on, instead of waiting in the listen queue
+  wait_for_in_flight();  // requests already in the handler get up to 2 s to write their responses
+  // Threads that wait in recv() on idle connections would only notice the stop at their idle timeout (the signal
+  // interrupts one thread, not all), and there is no list of them to join: end the process here.
+  exit_now();
+  // [/excerpt:stop]
+}

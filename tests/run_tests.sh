@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the seven servers and the tests, then runs every test with CTest.
+#
+#   ./tests/run_tests.sh                      the normal build, in build/
+#   ./tests/run_tests.sh --sanitize address   AddressSanitizer + UndefinedBehaviorSanitizer, in build-address/
+#   ./tests/run_tests.sh --sanitize thread    ThreadSanitizer, in build-thread/
+#
+# On a fresh Debian/Ubuntu machine it first installs the packages it needs when run as root; otherwise it prints
+# the one apt-get line to run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=""
+case "${1:-}" in
+  "") ;;
+  --sanitize) sanitize="${2:?--sanitize takes address or thread}" ;;
+  *) echo "usage: $0 [--sanitize address|thread]" >&2; exit 2 ;;
+esac
+
+# shellcheck source-path=SCRIPTDIR/..
+source tools/ensure-packages.sh  # ensure_packages
+ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libgtest-dev apache2-utils || exit 1
+
+build="build${sanitize:+-$sanitize}"
+build_type=Release
+[ -n "$sanitize" ] && build_type=RelWithDebInfo
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="$build_type" -DPSP_SANITIZE="$sanitize" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+# Sanitizers: fail on the first report, and keep going across the fork()s the tests make.
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)"

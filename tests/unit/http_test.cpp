@@ -1,0 +1,168 @@
+// Unit tests of common/http.hpp: the request parser and the responses.
+#include "common/http.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using http::Parse;
+
+Parse parse(const std::string& s) { return http::parse_request(s); }
+
+const std::vector<std::string> kValidRequests = {
+    "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+    "HEAD /x?y=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: t\r\nAccept: */*\r\n\r\n",
+    "GET /index.html HTTP/1.0\r\n\r\n",
+    "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\nHost: a\r\n\r\n",  // what ab -k sends
+    "GET / HTTP/1.1\nHost: a\n\n",                                   // bare LF line ends
+    "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",                         // an empty line before the request
+    "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nX-Empty:\r\n\r\n",
+};
+
+TEST(Parser, AcceptsValidRequests) {
+  for (const auto& r : kValidRequests) {
+    Parse p = parse(r);
+    EXPECT_EQ(p.status, Parse::kComplete) << r;
+    EXPECT_EQ(p.length, r.size()) << r;
+  }
+}
+
+// Every valid request, cut at every byte: each prefix is incomplete, and the whole is complete.
+TEST(Parser, EveryPrefixIsIncomplete) {
+  for (const auto& r : kValidRequests) {
+    for (std::size_t cut = 0; cut < r.size(); ++cut)
+      EXPECT_EQ(parse(r.substr(0, cut)).status, Parse::kIncomplete) << "cut at " << cut << " of " << r;
+    EXPECT_EQ(parse(r).status, Parse::kComplete);
+  }
+}
+
+TEST(Parser, ReadsMethodTargetAndKeepAlive) {
+  Parse p = parse("HEAD /a%20b?q HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_EQ(p.status, Parse::kComplete);
+  EXPECT_TRUE(p.request.head_only);
+  EXPECT_TRUE(p.request.keep_alive);
+  EXPECT_EQ(p.request.target, "/a%20b?q");
+
+  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").request.keep_alive);
+  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, CLOSE\r\n\r\n").request.keep_alive);
+  EXPECT_FALSE(parse("GET / HTTP/1.0\r\n\r\n").request.keep_alive);
+  EXPECT_TRUE(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").request.keep_alive);
+  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nHost: h\r\n\r\n").request.head_only);
+}
+
+TEST(Parser, PipelinedRequestsComeOneAtATime) {
+  std::string one = "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n", two = "HEAD /2 HTTP/1.1\r\nHost: a\r\n\r\n";
+  std::string buffer = one + two + "GET /3 HTT";
+  Parse p = parse(buffer);
+  ASSERT_EQ(p.status, Parse::kComplete);
+  EXPECT_EQ(p.request.target, "/1");
+  buffer.erase(0, p.length);
+  p = parse(buffer);
+  ASSERT_EQ(p.status, Parse::kComplete);
+  EXPECT_EQ(p.request.target, "/2");
+  buffer.erase(0, p.length);
+  EXPECT_EQ(parse(buffer).status, Parse::kIncomplete);
+}
+
+struct Bad {
+  std::string request;
+  int status;
+};
+
+TEST(Parser, RefusesMalformedRequests) {
+  const std::vector<Bad> corpus = {
+      {"garbage\r\n\r\n", 400},
+      {"GET\r\n\r\n", 400},
+      {"GET /\r\n\r\n", 400},
+      {"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},               // two spaces
+      {"GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 400},               // trailing space
+      {"G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400},                // not a token
+      {"GET / HTTP/1.1\r\r\nHost: a\r\n\r\n", 400},              // bare CR
+      {"GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400},             // bare CR in a value
+      {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400},               // whitespace before the colon
+      {"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n  folded\r\n\r\n", 400},  // obs-fold
+      {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\n: empty-name\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\n\r\n", 400},                           // HTTP/1.1 without Host
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},     // two Hosts
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n", 400},
+      {"GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", 413},
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 413},
+      {"POST / HTTP/1.1\r\nHost: a\r\n\r\n", 405},
+      {"DELETE / HTTP/1.0\r\n\r\n", 405},
+      {"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
+      {"GET / HTTP/0.9\r\n\r\n", 505},
+      {"GET / HTTX/1.1\r\n\r\n", 400},
+      {"GET / HTTP/1.10\r\n\r\n", 400},
+      {std::string("GET / HTTP/1.1\r\nHost: a\0b\r\n\r\n", 28), 400},  // NUL in a value
+  };
+  for (const auto& bad : corpus) {
+    Parse p = parse(bad.request);
+    EXPECT_EQ(p.status, Parse::kError) << bad.request;
+    EXPECT_EQ(p.error, bad.status) << bad.request;
+  }
+}
+
+TEST(Parser, LimitsTheHeadTo8KiB) {
+  std::string big = "GET / HTTP/1.1\r\nHost: a\r\nX: " + std::string(9000, 'a');
+  EXPECT_EQ(parse(big).error, 431);  // incomplete, but already too long: no need to wait for the rest
+  EXPECT_EQ(parse(big + "\r\n\r\n").error, 431);
+  EXPECT_EQ(parse(std::string(9000, 'G')).error, 431);  // a request line that never ends
+  EXPECT_EQ(parse(std::string(5000, '\n') + std::string(5000, '\n')).error, 431);  // endless empty lines
+
+  std::string fits = "GET / HTTP/1.1\r\nHost: a\r\nX: ";
+  fits += std::string(http::kMaxHead - fits.size() - 4, 'a') + "\r\n\r\n";
+  ASSERT_EQ(fits.size(), http::kMaxHead);
+  EXPECT_EQ(parse(fits).status, Parse::kComplete);
+  EXPECT_EQ(parse(fits.substr(0, fits.size() - 1)).status, Parse::kIncomplete);
+}
+
+// Everything a response needs, found in the text (std::string::find keeps the test independent of header order).
+TEST(Response, HasTheHeadersAndTheBody) {
+  http::Request get;
+  get.keep_alive = true;
+  std::string r = http::response(get);
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  for (const char* h : {"\r\nServer: psp\r\n", "\r\nDate: ", "\r\nContent-Type: text/plain\r\n",
+                        "\r\nContent-Length: 1024\r\n", "\r\nConnection: keep-alive\r\n"})
+    EXPECT_NE(r.find(h), std::string::npos) << h;
+  std::size_t end = r.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_EQ(r.size() - end - 4, http::kBodySize);
+
+  http::Request head;
+  head.head_only = true;
+  std::string h = http::response(head);
+  EXPECT_NE(h.find("\r\nContent-Length: 1024\r\n"), std::string::npos);
+  EXPECT_NE(h.find("\r\nConnection: close\r\n"), std::string::npos);
+  EXPECT_EQ(h.size(), h.find("\r\n\r\n") + 4);  // no body
+}
+
+TEST(Response, ErrorsCloseAndSayWhy) {
+  for (int status : {400, 405, 413, 431, 501, 503, 505}) {
+    std::string r = http::error_response(status);
+    EXPECT_EQ(r.rfind("HTTP/1.1 " + std::to_string(status) + " ", 0), 0u);
+    EXPECT_NE(r.find("\r\nConnection: close\r\n"), std::string::npos);
+    std::size_t end = r.find("\r\n\r\n");
+    std::string body = r.substr(end + 4);
+    EXPECT_NE(r.find("\r\nContent-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
+    EXPECT_EQ(r.find("Allow:") != std::string::npos, status == 405);
+  }
+  EXPECT_NE(http::error_response(405).find("\r\nAllow: GET, HEAD\r\n"), std::string::npos);
+}
+
+TEST(Response, DateIsAnImfFixdate) {
+  std::string d(http::http_date());
+  ASSERT_EQ(d.size(), 29u) << d;  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  EXPECT_EQ(d.substr(25), " GMT");
+}
+
+}  // namespace
