@@ -143,14 +143,18 @@ inline std::mutex spare_mutex;
 inline int spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }  // namespace detail
 
-inline void shed_pending_connection(int listen_fd) {
+// Returns true when a connection was shed. At the limit another thread (or the kernel, for io_uring) can take the
+// descriptor the spare freed before we reopen it; the spare is then reopened on a later call, once one frees up.
+inline bool shed_pending_connection(int listen_fd) {
   std::lock_guard<std::mutex> lock(detail::spare_mutex);
+  if (detail::spare_fd < 0) detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lost last time: retry
   pollfd p{listen_fd, POLLIN, 0};
-  if (::poll(&p, 1, 0) != 1) return;  // nothing pending: never block here, even on a blocking listener
+  if (::poll(&p, 1, 0) != 1) return false;  // nothing pending: never block here, even on a blocking listener
   if (detail::spare_fd >= 0) ::close(detail::spare_fd);
   int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd >= 0) ::close(fd);
   detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0;
 }
 
 enum class Blocking { kYes, kNo };
