@@ -1,1 +1,257 @@
-int main() { return 1; }  // placeholder until the server is written
+// 03-select: one thread, non-blocking sockets, select() says which connections are ready.
+//
+// One thread serves every connection. It never waits on a single client: it waits in select() until some socket is
+// readable or writable, or until the next timer is due, and then does only what cannot block. Each connection is a
+// small state machine, and the simulated 1 ms handler is a timer in a heap, not a sleep, so a thousand clients can
+// wait at once. The limits: select() takes no fd >= FD_SETSIZE (1024), and every turn both the kernel and this loop
+// scan every watched connection, ready or not. Chapter 05 (epoll) lifts both.
+//
+// Needs:  Linux, g++ with C++17.
+// Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
+// Run:    ./run_server            (./run_server --help for the flags)
+// Try:    curl -i http://127.0.0.1:8080/
+#include <sys/select.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/handler.hpp"
+#include "../common/http.hpp"
+#include "../common/lifecycle.hpp"
+#include "../common/net.hpp"
+#include "../common/options.hpp"
+#include "../common/timers.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// At most this many new connections per turn: enough to empty a busy listen queue, few enough that a flood of
+// connects cannot starve the connections already open. Readiness is level-triggered, so the rest wait one turn.
+constexpr int kAcceptBatch = 64;
+
+// [excerpt:connection]
+// The life of one connection. It handles one request at a time; pipelined requests wait in `in` for their turn.
+//
+//   accept --> READING ---- request complete: arm the handler's timer ---------> WAITING
+//               ^ |  \                                                              |
+//               | |   \                                                             | the timer fires
+//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> close: sent with
+//               | |                                                                 |        Connection: close, or
+//               | `--> close: EOF, error, idle timeout, stop                        |        stopping; error; idle
+//               `------------------ whole response sent, keep-alive ----------------'
+//
+//   READING: wants input; the idle deadline runs.   WAITING: no I/O at all (bytes that arrive wait in the kernel).
+//   WRITING: wants writability while `out` has unsent bytes; a peer that takes nothing for the idle timeout is
+//   closed too (as SO_SNDTIMEO does in the blocking chapters).
+enum class State { kReading, kWaiting, kWriting };
+
+struct Conn {
+  Fd fd;                          // closed when close_conn() drops the connection from the table
+  std::uint64_t generation = 0;   // tells it apart from earlier connections that had the same fd number
+  State state = State::kReading;
+  std::string in;                 // bytes received and not yet answered: may hold pipelined requests
+  http::Request request;          // WAITING: the request the handler is working on
+  std::string out;                // WRITING: the response, and how much of it the kernel has taken
+  std::size_t sent = 0;
+  bool close_after = false;       // close once `out` is sent (an error response, or no keep-alive)
+  Clock::time_point last_active;  // the last read, write or response: the idle deadline counts from here
+};
+// [/excerpt:connection]
+
+// Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
+// connection that has closed (its fd number perhaps reused since) or moved on, it is ignored.
+struct Timer {
+  enum Kind { kHandler, kIdle } kind;
+  int fd;
+  std::uint64_t generation;
+};
+
+class Loop {
+ public:
+  Loop(const Options& opts, Fd listener) : opts_(opts), listener_(std::move(listener)) {
+    FD_ZERO(&want_read_);
+    FD_ZERO(&want_write_);
+    FD_SET(listener_.get(), &want_read_);
+    FD_SET(stop_fd(), &want_read_);  // becomes readable on SIGINT/SIGTERM, and so wakes select()
+    max_fd_ = std::max(listener_.get(), stop_fd());
+  }
+
+  // [excerpt:loop]
+  // Runs until a stop has been requested and the responses in flight are written (or kStopGrace has passed).
+  void run() {
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
+      if (stop_requested() && !stopping_) begin_stop(now);
+      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return;  // ~Loop closes whatever is left
+
+      // select() overwrites its fd_sets with its answer and (on Linux) the timeout with the time left, so both
+      // are rebuilt every turn: the sets from copies of what we want, the timeout from the timer heap.
+      fd_set readable = want_read_, writable = want_write_;
+      std::optional<std::chrono::nanoseconds> wait = timers_.time_to_next(Clock::now());
+      timeval timeout = to_timeval(wait.value_or(std::chrono::nanoseconds(0)));
+      int ready = ::select(max_fd_ + 1, &readable, &writable, nullptr, wait ? &timeout : nullptr);
+      if (ready < 0) continue;  // EINTR: a signal arrived; the next turn looks at the stop flag
+
+      // The O(n) part: select() says how many fds are ready, not which, so every connection is looked at (and the
+      // kernel has already walked every fd up to max_fd_ to fill in the sets).
+      for (auto it = conns_.begin(); it != conns_.end();) {
+        Conn& c = (it++)->second;  // step past c first: handling it may close it and erase it from the table
+        if (FD_ISSET(c.fd.get(), &readable)) on_readable(c);
+        else if (FD_ISSET(c.fd.get(), &writable)) advance(c);
+      }
+      // Accept last: a new connection may get the fd number of one closed above, and must not inherit its answer.
+      if (listener_.valid() && FD_ISSET(listener_.get(), &readable)) accept_clients();
+    }
+  }
+  // [/excerpt:loop]
+
+ private:
+  // [excerpt:accept]
+  void accept_clients() {
+    for (int i = 0; i < kAcceptBatch; ++i) {
+      Fd client = accept_client(listener_.get(), Blocking::kNo);
+      if (!client.valid()) return;  // the queue is empty (EAGAIN), or the connection was lost or shed (EMFILE)
+      int fd = client.get();
+      if (fd >= FD_SETSIZE) {  // FD_SET() would write past the end of the fd_set: refuse this one, stay up
+        std::size_t sent = 0;
+        send_some(fd, http::error_response(503), sent);  // best effort; then the Fd closes it
+        continue;
+      }
+      Conn& c = conns_[fd];
+      c.fd = std::move(client);
+      c.generation = ++generations_;
+      c.last_active = Clock::now();
+      timers_.add(c.last_active + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
+      max_fd_ = std::max(max_fd_, fd);  // never lowered: a stale mark only makes select() look at a few more bits
+      watch(c);
+    }
+  }
+  // [/excerpt:accept]
+
+  void on_readable(Conn& c) {
+    long n = recv_into(c.fd.get(), c.in);
+    if (n == -2) return;               // nothing to read after all
+    if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
+    c.last_active = Clock::now();
+    advance(c);
+  }
+
+  void start_writing(Conn& c, std::string response) {
+    c.out = std::move(response);
+    c.sent = 0;
+    c.state = State::kWriting;
+  }
+
+  // [excerpt:advance]
+  // Runs the connection's protocol as far as it goes without waiting, then records what it waits for next.
+  void advance(Conn& c) {
+    for (;;) {
+      if (c.state == State::kWriting) {
+        if (!send_some(c.fd.get(), c.out, c.sent)) return close_conn(c);  // the peer reset or vanished
+        c.last_active = Clock::now();
+        if (c.sent < c.out.size()) break;  // a short write: the send buffer is full, wait until it is writable
+        if (c.close_after || stopping_) return close_conn(c);
+        c.state = State::kReading;  // and look at once for a pipelined request already in `in`
+      }
+      if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
+      http::Parse p = http::parse_request(c.in);
+      if (p.status == http::Parse::kIncomplete) break;  // read more, only now that we need more
+      if (p.status == http::Parse::kError) {
+        c.close_after = true;
+        start_writing(c, http::error_response(p.error));
+        continue;
+      }
+      c.in.erase(0, p.length);  // the request is in p; the next pipelined one, if any, is now at the front
+      c.close_after = !p.request.keep_alive;
+      if (handler_needs_timer(opts_)) {
+        c.request = p.request;
+        c.state = State::kWaiting;
+        timers_.add(Clock::now() + opts_.delay, Timer{Timer::kHandler, c.fd.get(), c.generation});
+        break;
+      }
+      run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
+      start_writing(c, http::response(p.request));
+    }
+    watch(c);
+  }
+  // [/excerpt:advance]
+
+  // What select() should watch this connection for, from its state: READING input, WRITING output (only while
+  // there are unsent bytes: a socket is writable nearly always), WAITING nothing.
+  void watch(Conn& c) {
+    FD_CLR(c.fd.get(), &want_read_);
+    FD_CLR(c.fd.get(), &want_write_);
+    if (c.state == State::kReading) FD_SET(c.fd.get(), &want_read_);
+    if (c.state == State::kWriting) FD_SET(c.fd.get(), &want_write_);
+  }
+
+  // [excerpt:timers]
+  void on_timer(const Timer& t, Clock::time_point now) {
+    auto it = conns_.find(t.fd);
+    if (it == conns_.end() || it->second.generation != t.generation) return;  // its connection is gone
+    Conn& c = it->second;
+    if (t.kind == Timer::kHandler) {
+      if (c.state != State::kWaiting) return;
+      start_writing(c, http::response(c.request));
+      return advance(c);
+    }
+    // The idle check. Reads and writes do not touch the heap; they move last_active, and the check looks at the
+    // real deadline now: past it, close; otherwise look again then. (The handler's wait never counts as idle.)
+    Clock::time_point deadline = c.last_active + opts_.idle_timeout;
+    if (c.state == State::kWaiting) deadline = now + opts_.idle_timeout;
+    if (deadline <= now) return close_conn(c);
+    timers_.add(deadline, t);  // each connection has exactly one idle timer in the heap
+  }
+  // [/excerpt:timers]
+
+  // [excerpt:stop]
+  // Stop accepting, close the connections that are between requests, and give the others kStopGrace to finish.
+  void begin_stop(Clock::time_point now) {
+    stopping_ = true;
+    stop_deadline_ = now + kStopGrace;
+    timers_.add(stop_deadline_, Timer{Timer::kIdle, -1, 0});  // a timer for no connection: it only wakes the loop
+    FD_CLR(stop_fd(), &want_read_);  // it stays readable: still watching it would wake select() every turn
+    FD_CLR(listener_.get(), &want_read_);
+    listener_.reset();
+    std::vector<Conn*> idle;
+    for (auto& entry : conns_)
+      if (entry.second.state == State::kReading) idle.push_back(&entry.second);
+    for (Conn* c : idle) close_conn(*c);
+  }
+  // [/excerpt:stop]
+
+  // The one way a connection ends: select() stops watching it, and the table drops it (its Fd closes the socket).
+  void close_conn(Conn& c) {
+    FD_CLR(c.fd.get(), &want_read_);
+    FD_CLR(c.fd.get(), &want_write_);
+    conns_.erase(c.fd.get());
+  }
+
+  const Options& opts_;
+  Fd listener_;
+  std::unordered_map<int, Conn> conns_;  // fd -> connection: the one owner of every connection's state
+  fd_set want_read_, want_write_;        // what each fd waits for; select() gets copies, as it overwrites them
+  int max_fd_ = -1;
+  TimerQueue<Timer> timers_;              // handler timers and idle checks, in one heap
+  std::uint64_t generations_ = 0;
+  bool stopping_ = false;
+  Clock::time_point stop_deadline_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opts = options_or_exit(
+      argc, argv, {"03-select", 0, "one thread runs one select() loop for every connection (chapter 05 runs several)"});
+  start_process();
+  std::vector<Fd> listener = listen_sockets(opts);  // non-blocking, and a low fd number, like the stop fd
+  Loop(opts, std::move(listener[0])).run();
+  return 0;
+}

@@ -1,1 +1,296 @@
-int main() { return 1; }  // placeholder until the server is written
+// 05-epoll: event loops on epoll, one per thread, each with its own SO_REUSEPORT listener.
+//
+// Chapter 03's loop, with select() replaced by epoll: the kernel keeps the set of watched fds between calls (we
+// change it only when a connection's state changes) and returns only the fds that are ready, so a turn costs
+// O(ready), not O(connections), and there is no FD_SETSIZE. One loop is still one thread, so --threads N runs N
+// loops that share nothing but the stop flag; the kernel spreads new connections across their listeners. What is
+// left to limit it: readiness means a system call to learn that I/O may proceed and another to do it (chapter 06,
+// io_uring, submits the I/O itself), and anything that blocks a loop stalls all its clients (--handler sleep shows it).
+//
+// Needs:  Linux 5.11+ (epoll_pwait2), glibc 2.35+, g++ with C++17.
+// Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
+// Run:    ./run_server            (./run_server --help for the flags)
+// Try:    curl -i http://127.0.0.1:8080/
+#include <sys/epoll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/handler.hpp"
+#include "../common/http.hpp"
+#include "../common/lifecycle.hpp"
+#include "../common/net.hpp"
+#include "../common/options.hpp"
+#include "../common/timers.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// At most this many new connections per turn: enough to empty a busy listen queue, few enough that a flood of
+// connects cannot starve the connections already open. Readiness is level-triggered, so the rest wait one turn.
+constexpr int kAcceptBatch = 64;
+constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more stay reported for the next turn
+
+// [excerpt:connection]
+// The life of one connection. It handles one request at a time; pipelined requests wait in `in` for their turn.
+//
+//   accept --> READING ---- request complete: arm the handler's timer ---------> WAITING
+//               ^ |  \                                                              |
+//               | |   \                                                             | the timer fires
+//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> close: sent with
+//               | |                                                                 |        Connection: close, or
+//               | `--> close: EOF, error, idle timeout, stop                        |        stopping; error; idle
+//               `------------------ whole response sent, keep-alive ----------------'
+//
+//   READING: wants input; the idle deadline runs.   WAITING: no I/O at all (bytes that arrive wait in the kernel).
+//   WRITING: wants writability while `out` has unsent bytes; a peer that takes nothing for the idle timeout is
+//   closed too (as SO_SNDTIMEO does in the blocking chapters).
+enum class State { kReading, kWaiting, kWriting };
+
+struct Conn {
+  Fd fd;                          // closed when close_conn() drops the connection from the table
+  std::uint64_t generation = 0;   // tells it apart from earlier connections that had the same fd number
+  State state = State::kReading;
+  std::string in;                 // bytes received and not yet answered: may hold pipelined requests
+  http::Request request;          // WAITING: the request the handler is working on
+  std::string out;                // WRITING: the response, and how much of it the kernel has taken
+  std::size_t sent = 0;
+  bool close_after = false;       // close once `out` is sent (an error response, or no keep-alive)
+  Clock::time_point last_active;  // the last read, write or response: the idle deadline counts from here
+  std::uint32_t events = 0;       // what epoll watches this fd for now, so watch() calls epoll_ctl() only on change
+};
+// [/excerpt:connection]
+
+// Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
+// connection that has closed (its fd number perhaps reused since) or moved on, it is ignored.
+struct Timer {
+  enum Kind { kHandler, kIdle } kind;
+  int fd;
+  std::uint64_t generation;
+};
+
+class Loop {
+ public:
+  Loop(const Options& opts, Fd listener, Fd epoll)
+      : opts_(opts), listener_(std::move(listener)), epoll_(std::move(epoll)) {
+    if (!epoll_add(listener_.get(), EPOLLIN) ||
+        !epoll_add(stop_fd(), EPOLLIN))  // becomes readable on SIGINT/SIGTERM, and so wakes every loop
+      fail_startup("cannot add the listener to an epoll instance");
+  }
+
+  // [excerpt:loop]
+  // Runs until a stop has been requested and the responses in flight are written (or kStopGrace has passed).
+  void run() {
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
+      if (stop_requested() && !stopping_) begin_stop(now);
+      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return;  // ~Loop closes whatever is left
+
+      // The watched set lives in the kernel; only the timeout is ours, in nanoseconds. (epoll_wait() counts whole
+      // milliseconds: rounded up, a 1 ms handler could take 2 ms; rounded down, the loop would spin until due.)
+      epoll_event events[kMaxEvents];
+      std::optional<std::chrono::nanoseconds> wait = timers_.time_to_next(Clock::now());
+      timespec timeout = to_timespec(wait.value_or(std::chrono::nanoseconds(0)));
+      int ready = ::epoll_pwait2(epoll_.get(), events, kMaxEvents, wait ? &timeout : nullptr, nullptr);
+      if (ready < 0) continue;  // EINTR: a signal arrived; the next turn looks at the stop flag
+
+      // O(ready): epoll hands back only the fds that are ready, with the fd we stored in each.
+      bool listener_ready = false;
+      for (int i = 0; i < ready; ++i) {
+        if (events[i].data.fd == listener_.get()) listener_ready = true;
+        auto it = conns_.find(events[i].data.fd);
+        if (it == conns_.end()) continue;  // the listener, the stop fd, or a connection closed earlier this turn
+        Conn& c = it->second;
+        // ERR and HUP are reported even when not asked for, e.g. in WAITING: the peer is gone, nothing to answer.
+        if (events[i].events & (EPOLLERR | EPOLLHUP)) close_conn(c);
+        else if (events[i].events & EPOLLIN) on_readable(c);
+        else if (events[i].events & EPOLLOUT) advance(c);
+      }
+      // Accept last: a new connection may get the fd number of one closed above, and must not inherit its event.
+      if (listener_ready) accept_clients();
+    }
+  }
+  // [/excerpt:loop]
+
+ private:
+  // [excerpt:accept]
+  void accept_clients() {
+    for (int i = 0; i < kAcceptBatch; ++i) {
+      Fd client = accept_client(listener_.get(), Blocking::kNo);
+      if (!client.valid()) return;  // the queue is empty (EAGAIN), or the connection was lost or shed (EMFILE)
+      int fd = client.get();
+      Conn& c = conns_[fd];
+      c.fd = std::move(client);
+      c.generation = ++generations_;
+      c.last_active = Clock::now();
+      timers_.add(c.last_active + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
+      if (!epoll_add(fd, EPOLLIN)) close_conn(c);  // out of kernel memory for watches: drop only this one
+      else c.events = EPOLLIN;
+    }
+  }
+  // [/excerpt:accept]
+
+  void on_readable(Conn& c) {
+    long n = recv_into(c.fd.get(), c.in);
+    if (n == -2) return;               // nothing to read after all
+    if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
+    c.last_active = Clock::now();
+    advance(c);
+  }
+
+  void start_writing(Conn& c, std::string response) {
+    c.out = std::move(response);
+    c.sent = 0;
+    c.state = State::kWriting;
+  }
+
+  // [excerpt:advance]
+  // Runs the connection's protocol as far as it goes without waiting, then records what it waits for next.
+  void advance(Conn& c) {
+    for (;;) {
+      if (c.state == State::kWriting) {
+        if (!send_some(c.fd.get(), c.out, c.sent)) return close_conn(c);  // the peer reset or vanished
+        c.last_active = Clock::now();
+        if (c.sent < c.out.size()) break;  // a short write: the send buffer is full, wait until it is writable
+        if (c.close_after || stopping_) return close_conn(c);
+        c.state = State::kReading;  // and look at once for a pipelined request already in `in`
+      }
+      if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
+      http::Parse p = http::parse_request(c.in);
+      if (p.status == http::Parse::kIncomplete) break;  // read more, only now that we need more
+      if (p.status == http::Parse::kError) {
+        c.close_after = true;
+        start_writing(c, http::error_response(p.error));
+        continue;
+      }
+      c.in.erase(0, p.length);  // the request is in p; the next pipelined one, if any, is now at the front
+      c.close_after = !p.request.keep_alive;
+      if (handler_needs_timer(opts_)) {
+        c.request = p.request;
+        c.state = State::kWaiting;
+        timers_.add(Clock::now() + opts_.delay, Timer{Timer::kHandler, c.fd.get(), c.generation});
+        break;
+      }
+      run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
+      start_writing(c, http::response(p.request));
+    }
+    watch(c);
+  }
+  // [/excerpt:advance]
+
+  // [excerpt:watch]
+  // What epoll should watch this connection for, from its state: READING input, WRITING output (only while
+  // there are unsent bytes: a socket is writable nearly always), WAITING nothing.
+  //
+  // Level-triggered (no EPOLLET): like select(), epoll reports an fd for as long as it is ready. So a handler may
+  // do one recv() and return, and what is left is reported next turn: no connection starves the others, and no
+  // missed edge can hang one. The price is this epoll_ctl() on every change of state, two per request. With
+  // EPOLLET the interest could stay fixed, but every handler must read and write until EAGAIN: that is a lab.
+  void watch(Conn& c) {
+    std::uint32_t want = 0;
+    if (c.state == State::kReading) want = EPOLLIN;
+    if (c.state == State::kWriting) want = EPOLLOUT;
+    if (want == c.events) return;  // unchanged: spare the system call
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.fd = c.fd.get();
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) return close_conn(c);
+    c.events = want;
+  }
+  // [/excerpt:watch]
+
+  bool epoll_add(int fd, std::uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+  }
+
+  // [excerpt:timers]
+  void on_timer(const Timer& t, Clock::time_point now) {
+    auto it = conns_.find(t.fd);
+    if (it == conns_.end() || it->second.generation != t.generation) return;  // its connection is gone
+    Conn& c = it->second;
+    if (t.kind == Timer::kHandler) {
+      if (c.state != State::kWaiting) return;
+      start_writing(c, http::response(c.request));
+      return advance(c);
+    }
+    // The idle check. Reads and writes do not touch the heap; they move last_active, and the check looks at the
+    // real deadline now: past it, close; otherwise look again then. (The handler's wait never counts as idle.)
+    Clock::time_point deadline = c.last_active + opts_.idle_timeout;
+    if (c.state == State::kWaiting) deadline = now + opts_.idle_timeout;
+    if (deadline <= now) return close_conn(c);
+    timers_.add(deadline, t);  // each connection has exactly one idle timer in the heap
+  }
+  // [/excerpt:timers]
+
+  // [excerpt:stop]
+  // Stop accepting, close the connections that are between requests, and give the others kStopGrace to finish.
+  void begin_stop(Clock::time_point now) {
+    stopping_ = true;
+    stop_deadline_ = now + kStopGrace;
+    timers_.add(stop_deadline_, Timer{Timer::kIdle, -1, 0});  // a timer for no connection: it only wakes the loop
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, stop_fd(), nullptr);  // it stays readable: it would wake us every turn
+    listener_.reset();  // closing an fd also takes it out of the epoll set
+    std::vector<Conn*> idle;
+    for (auto& entry : conns_)
+      if (entry.second.state == State::kReading) idle.push_back(&entry.second);
+    for (Conn* c : idle) close_conn(*c);
+  }
+  // [/excerpt:stop]
+
+  // The one way a connection ends: the table drops it, its Fd closes the socket, and closing takes it out of the
+  // epoll set (nothing dup()s our sockets, so that close is the last reference).
+  void close_conn(Conn& c) { conns_.erase(c.fd.get()); }
+
+  const Options& opts_;
+  Fd listener_;
+  Fd epoll_;                             // this loop's epoll instance: the kernel keeps what each fd waits for
+  std::unordered_map<int, Conn> conns_;  // fd -> connection: the one owner of every connection's state
+  TimerQueue<Timer> timers_;              // handler timers and idle checks, in one heap
+  std::uint64_t generations_ = 0;
+  bool stopping_ = false;
+  Clock::time_point stop_deadline_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opts = options_or_exit(argc, argv, {"05-epoll", default_thread_count(), ""});
+  start_process();
+  // Every loop's epoll instance exists before listen_sockets() prints "listening on", so the server is whole when
+  // scripts see that line. epoll_pwait2() is Linux 5.11+, and a container's seccomp profile may refuse it: try it now.
+  std::vector<Fd> epolls;
+  for (int i = 0; i < opts.threads; ++i) {
+    epolls.emplace_back(::epoll_create1(EPOLL_CLOEXEC));
+    if (!epolls.back().valid()) fail_startup(std::string("cannot create an epoll instance: ") + std::strerror(errno));
+  }
+  epoll_event probe{};
+  timespec zero{};
+  if (::epoll_pwait2(epolls[0].get(), &probe, 1, &zero, nullptr) < 0)
+    fail_startup(std::string("epoll_pwait2() is not available here (it needs Linux 5.11+): ") + std::strerror(errno));
+
+  // [excerpt:threads]
+  // One loop per thread, each with its own listener (SO_REUSEPORT when there are several: the kernel spreads new
+  // connections across them) and its own epoll, connections and timers. Only the stop flag is shared.
+  std::vector<Fd> listeners = listen_sockets(opts, opts.threads);
+  std::vector<std::unique_ptr<Loop>> loops;
+  for (int i = 0; i < opts.threads; ++i)
+    loops.push_back(std::make_unique<Loop>(opts, std::move(listeners[i]), std::move(epolls[i])));
+  std::vector<std::thread> threads;
+  for (auto& loop : loops) threads.emplace_back(&Loop::run, loop.get());
+  for (std::thread& t : threads) t.join();  // each loop returns once a stop has been requested and it has drained
+  // [/excerpt:threads]
+  return 0;
+}

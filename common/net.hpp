@@ -102,24 +102,25 @@ inline int bound_port(int fd) {
 // With count > 1 every socket sets SO_REUSEPORT, so each event-loop thread can own its own listener and the kernel
 // spreads new connections across them (what nginx calls `reuseport`). With --port 0 the first socket picks the port
 // and the others join it. SO_REUSEADDR lets a restarted server bind while old connections sit in TIME_WAIT.
-// One caveat of SO_REUSEPORT: a second copy of the same server, run by the same user, can join the group instead
-// of failing with "already in use".
+// One pitfall of SO_REUSEPORT: a second copy of the same server, run by the same user, would silently join the
+// first one's group instead of failing with "already in use". A probe bind without SO_REUSEPORT finds out first.
 inline std::vector<Fd> listen_sockets(const Options& opts, int count = 1) {
   std::vector<Fd> sockets;
   int port = opts.port;
-  for (int i = 0; i < count; ++i) {
+  for (int i = (count > 1 && port != 0) ? -1 : 0; i < count; ++i) {  // i == -1: the probe
     sockaddr_storage addr{};
     socklen_t len = detail::make_address(opts.host, port, addr);
     Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd.valid()) fail_startup(std::string("cannot create a socket: ") + std::strerror(errno));
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (count > 1) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (count > 1 && i >= 0) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
       if (errno == EADDRINUSE)
         fail_startup("port " + std::to_string(port) + " on " + opts.host + " is already in use");
       fail_startup("cannot listen on " + opts.host + " port " + std::to_string(port) + ": " + std::strerror(errno));
     }
+    if (i < 0) continue;  // the probe bound: the port is free; its Fd closes it
     if (::listen(fd.get(), opts.backlog) != 0)
       fail_startup(std::string("listen() failed: ") + std::strerror(errno));
     port = detail::bound_port(fd.get());

@@ -60,6 +60,16 @@ TEST(Net, BusyPortIsOneSentenceAndExitStatus1) {
               "error: port " + std::to_string(same.port) + " on 127.0.0.1 is already in use");
 }
 
+// SO_REUSEPORT would let a second copy of a multi-loop server join the first one's port; it must fail instead.
+TEST(Net, BusyPortIsRefusedToAReuseportGroupToo) {
+  ::testing::internal::CaptureStdout();
+  std::vector<Fd> socks = listen_sockets(any_port(), 2);
+  ::testing::internal::GetCapturedStdout();
+  Options same = any_port();
+  same.port = port_of(socks[0].get());
+  EXPECT_EXIT(listen_sockets(same, 2), ::testing::ExitedWithCode(1), "is already in use");
+}
+
 TEST(Net, AcceptReturnsNothingWhenNoneIsPending) {
   ::testing::internal::CaptureStdout();
   std::vector<Fd> socks = listen_sockets(any_port());
