@@ -1,0 +1,461 @@
+// idle_conns: what does one held connection cost a server?
+//
+// The connection-cost mode of benchmark.sh (`--mode connections`) runs this against one server at a time:
+//   1. reads the server's RSS, thread count and open descriptors from /proc (the baseline);
+//   2. opens N connections, at most --window of them waiting for an answer at once, and sends one keep-alive
+//      GET on each. Every connection ends up as one of
+//        held     answered 200 and left open: the server now holds an idle keep-alive connection;
+//        refused  answered with another status (03 answers 503 past FD_SETSIZE, 04 when its queue is full);
+//        closed   not kept: closed or reset by the server, without an answer or after one that said
+//                 `Connection: close` (04 does that when other clients wait for a worker);
+//        blocked  no answer within --answer-ms: accepted (or queued) but not served, because the server's
+//                 threads are all sitting on other connections (01, 04). That is the cost we want to show;
+//   3. reads /proc again while they are all held, and times --probes new clients (one request each);
+//   4. checks that the server closed none of the held connections (dropped), releases them all with a reset
+//      (so no TIME_WAIT sockets linger to disturb the next run), and checks that a new client is served again.
+//
+// Output: one line of key=value pairs on stdout, parsed by benchmark.sh; diagnostics on stderr.
+// Exit status: 0 when it ran (whatever it found), 1 when it could not run, 2 on a bad argument.
+// RSS counts user-space memory only: the kernel's socket buffers are not in it.
+//
+// Build: by CMake (target idle_conns), or alone: g++ -std=c++17 -O2 -o idle_conns idle_conns.cpp
+// Run:   ./idle_conns --port 8080 --connections 1000 --pid "$(pgrep -n run_server)"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int connections = 1000;
+  int pid = 0;           // the server to observe in /proc; 0: no memory, thread or descriptor figures
+  int window = 500;      // connections waiting for their answer at once; keeps the accept queue from overflowing
+  int answer_ms = 1000;  // a connection with no answer by then is counted as blocked
+  int probes = 5;
+};
+
+const char* const kUsage =
+    "usage: idle_conns --port N [--host ADDR] [--connections N] [--pid PID] [--window N] [--answer-ms MS]\n"
+    "                  [--probes N]\n";
+
+bool parse_options(int argc, char** argv, Options& options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return false;
+    const char* value = argv[++i];
+    char* end = nullptr;
+    const long number = std::strtol(value, &end, 10);
+    const bool numeric = *value != '\0' && *end == '\0' && number >= 0 && number <= 10'000'000;
+    if (flag == "--host") options.host = value;
+    else if (!numeric) return false;
+    else if (flag == "--port") options.port = static_cast<int>(number);
+    else if (flag == "--connections") options.connections = static_cast<int>(number);
+    else if (flag == "--pid") options.pid = static_cast<int>(number);
+    else if (flag == "--window") options.window = std::max(1, static_cast<int>(number));
+    else if (flag == "--answer-ms") options.answer_ms = static_cast<int>(number);
+    else if (flag == "--probes") options.probes = static_cast<int>(number);
+    else return false;
+  }
+  return options.port > 0 && options.port < 65536;
+}
+
+// ---- The server's footprint, read from /proc ------------------------------------------------------------
+
+struct Footprint {
+  long rss_kib = 0;
+  long threads = 0;
+  long fds = 0;
+};
+
+// The server's processes: PID itself and its children (nginx's workers; our servers have none). The kernel
+// here may lack /proc/PID/task/TID/children, so scan every process's parent instead.
+std::vector<int> server_processes(int pid) {
+  std::vector<int> pids{pid};
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (const dirent* entry = readdir(proc)) {
+    const int candidate = std::atoi(entry->d_name);
+    if (candidate <= 0 || candidate == pid) continue;
+    std::ifstream stat("/proc/" + std::to_string(candidate) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // The command name is in parentheses and may hold spaces: the fields that follow come after the last ')'.
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int parent = 0;
+    if (std::sscanf(line.c_str() + paren + 1, " %c %d", &state, &parent) == 2 && parent == pid)
+      pids.push_back(candidate);
+  }
+  closedir(proc);
+  return pids;
+}
+
+long status_value(int pid, const std::string& key) {  // e.g. "VmRSS:" (in kB) or "Threads:"
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.compare(0, key.size(), key) == 0) return std::atol(line.c_str() + key.size());
+  return 0;
+}
+
+long count_fds(int pid) {
+  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (dir == nullptr) return 0;
+  long count = 0;
+  while (const dirent* entry = readdir(dir))
+    if (entry->d_name[0] != '.') ++count;
+  closedir(dir);
+  return count;
+}
+
+Footprint footprint(int pid) {
+  Footprint total;
+  if (pid <= 0) return total;
+  for (const int process : server_processes(pid)) {
+    total.rss_kib += status_value(process, "VmRSS:");
+    total.threads += status_value(process, "Threads:");
+    total.fds += count_fds(process);
+  }
+  return total;
+}
+
+bool alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// ---- HTTP, just enough to know when one response is complete ----------------------------------------------
+
+const std::string kKeepAliveRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+const std::string kProbeRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+
+// The status code once a whole response (head and Content-Length body) is in `received`; 0 while incomplete.
+// `closing` tells whether the server announced that it closes the connection after it.
+int complete_status(const std::string& received, bool* closing = nullptr) {
+  const auto head_end = received.find("\r\n\r\n");
+  if (head_end == std::string::npos) return 0;
+  std::string head = received.substr(0, head_end);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::size_t length = 0;
+  const auto field = head.find("\ncontent-length:");
+  if (field != std::string::npos) length = std::strtoul(head.c_str() + field + 16, nullptr, 10);
+  if (received.size() < head_end + 4 + length) return 0;
+  if (closing != nullptr) *closing = head.find("\nconnection: close") != std::string::npos;
+  const int status = head.compare(0, 5, "http/") == 0 && head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
+  return status > 0 ? status : -1;
+}
+
+int connect_nonblocking(const Options& options) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(options.port));
+  inet_pton(AF_INET, options.host.c_str(), &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) < 0 && errno != EINPROGRESS) {
+    const int error = errno;
+    close(fd);
+    return -error;
+  }
+  return fd;
+}
+
+// A reset instead of a FIN: ten thousand sockets in TIME_WAIT would otherwise linger for a minute.
+void close_with_reset(int fd) {
+  const linger abort_on_close{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+  close(fd);
+}
+
+// ---- One new client, timed: connect, one request with Connection: close, the whole answer -----------------
+
+struct Probe {
+  int status = 0;  // 0: no complete answer in time, -1: closed without an answer
+  double ms = 0;
+};
+
+Probe probe(const Options& options, int timeout_ms) {
+  const auto start = Clock::now();
+  Probe result;
+  const int fd = connect_nonblocking(options);
+  if (fd < 0) return {-1, ms_since(start)};
+  std::string received;
+  std::size_t sent = 0;
+  while (ms_since(start) < timeout_ms) {
+    pollfd watch{fd, static_cast<short>(sent < kProbeRequest.size() ? POLLOUT : POLLIN), 0};
+    if (poll(&watch, 1, std::max(1, timeout_ms - static_cast<int>(ms_since(start)))) <= 0) continue;
+    if (sent < kProbeRequest.size()) {
+      const ssize_t n = send(fd, kProbeRequest.data() + sent, kProbeRequest.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) { result.status = -1; break; }
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    char buffer[4096];
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n > 0) received.append(buffer, static_cast<std::size_t>(n));
+    result.status = complete_status(received);
+    if (result.status != 0) break;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) { result.status = -1; break; }
+  }
+  result.ms = ms_since(start);
+  close(fd);
+  return result;
+}
+
+// ---- The held connections ---------------------------------------------------------------------------------
+
+//   Connecting --connected--> Sending --request sent--> Reading --200--> Held --server closes it--> Dropped
+//        |                       |                          |--other status--> Refused
+//        +-----------------------+--error or EOF------------+--200 with Connection: close, or EOF--> Closed
+// A connection still Connecting/Sending/Reading after --answer-ms is counted as blocked (and kept open).
+enum class State { Connecting, Sending, Reading, Held, Refused, Closed, Dropped };
+
+struct Conn {
+  int fd = -1;
+  State state = State::Connecting;
+  std::size_t sent = 0;
+  std::string received;
+  Clock::time_point opened;
+  bool settled = false;  // answered or declared blocked: no longer counts against the window
+};
+
+class Holder {
+ public:
+  explicit Holder(const Options& options) : options_(options), conns_(options.connections) {
+    epoll_ = epoll_create1(EPOLL_CLOEXEC);
+  }
+  ~Holder() {
+    for (Conn& conn : conns_)
+      if (conn.fd >= 0) close_with_reset(conn.fd);
+    close(epoll_);
+  }
+  Holder(const Holder&) = delete;
+  Holder& operator=(const Holder&) = delete;
+
+  // Opens every connection and waits until each is answered or declared blocked. False on a client-side
+  // failure (its own descriptor limit), with the reason on stderr.
+  bool open_all() {
+    std::size_t next = 0;
+    std::deque<std::size_t> waiting;  // opened and not settled, oldest first: their deadlines are in order
+    while (next < conns_.size() || !waiting.empty()) {
+      while (next < conns_.size() && in_flight_ < options_.window) {
+        if (!open(next)) return false;
+        waiting.push_back(next++);
+      }
+      poll_events(20);
+      while (!waiting.empty()) {
+        Conn& oldest = conns_[waiting.front()];
+        if (!oldest.settled && ms_since(oldest.opened) < options_.answer_ms) break;
+        settle(oldest);  // overdue: blocked, but kept open; a late answer still moves it to held/refused
+        waiting.pop_front();
+      }
+    }
+    return true;
+  }
+
+  // Handles whatever happened on the held connections: late answers, and servers closing connections.
+  void poll_events(int timeout_ms) {
+    epoll_event events[256];
+    const int n = epoll_wait(epoll_, events, 256, timeout_ms);
+    for (int i = 0; i < n; ++i) on_event(conns_[events[i].data.u32]);
+  }
+
+  long count(State state) const {
+    return std::count_if(conns_.begin(), conns_.end(), [state](const Conn& c) { return c.state == state; });
+  }
+  long blocked() const {
+    return count(State::Connecting) + count(State::Sending) + count(State::Reading);
+  }
+
+  void release_all() {
+    for (Conn& conn : conns_)
+      if (conn.fd >= 0) close_with_reset(std::exchange(conn.fd, -1));
+  }
+
+ private:
+  bool open(std::size_t index) {
+    Conn& conn = conns_[index];
+    conn.opened = Clock::now();
+    conn.fd = connect_nonblocking(options_);
+    if (conn.fd == -EMFILE || conn.fd == -ENFILE) {
+      std::fprintf(stderr, "idle_conns: ran out of descriptors after %zu connections\n", index);
+      return false;
+    }
+    ++in_flight_;
+    if (conn.fd < 0) {  // refused at once (ECONNREFUSED) or no local port left
+      finish(conn, State::Closed);
+      return true;
+    }
+    epoll_event event{};
+    event.events = EPOLLOUT;
+    event.data.u32 = static_cast<std::uint32_t>(index);
+    epoll_ctl(epoll_, EPOLL_CTL_ADD, conn.fd, &event);
+    return true;
+  }
+
+  void settle(Conn& conn) {
+    if (!conn.settled) --in_flight_;
+    conn.settled = true;
+  }
+
+  void finish(Conn& conn, State state) {
+    conn.state = state;
+    conn.received.clear();
+    conn.received.shrink_to_fit();
+    settle(conn);
+    if (state != State::Held && conn.fd >= 0) {
+      close(conn.fd);  // closing also removes it from the epoll set
+      conn.fd = -1;
+    }
+  }
+
+  void on_event(Conn& conn) {
+    if (conn.state == State::Connecting) {
+      int error = 0;
+      socklen_t length = sizeof error;
+      getsockopt(conn.fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      if (error != 0) return finish(conn, State::Closed);
+      conn.state = State::Sending;
+    }
+    if (conn.state == State::Sending) {
+      const ssize_t n =
+          send(conn.fd, kKeepAliveRequest.data() + conn.sent, kKeepAliveRequest.size() - conn.sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return finish(conn, State::Closed);
+      if (n > 0) conn.sent += static_cast<std::size_t>(n);
+      if (conn.sent < kKeepAliveRequest.size()) return;  // EPOLLOUT will bring us back
+      conn.state = State::Reading;
+      epoll_event event{};
+      event.events = EPOLLIN | EPOLLRDHUP;
+      event.data.u32 = static_cast<std::uint32_t>(&conn - conns_.data());
+      epoll_ctl(epoll_, EPOLL_CTL_MOD, conn.fd, &event);
+      return;
+    }
+    char buffer[4096];
+    const ssize_t n = recv(conn.fd, buffer, sizeof buffer, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (conn.state == State::Held) {  // a held connection should stay silent until we release it
+      return finish(conn, State::Dropped);
+    }
+    if (n > 0) conn.received.append(buffer, static_cast<std::size_t>(n));
+    bool closing = false;
+    const int status = complete_status(conn.received, &closing);
+    if (status == 200) return finish(conn, closing ? State::Closed : State::Held);
+    if (status != 0) return finish(conn, status > 0 ? State::Refused : State::Closed);
+    if (n <= 0) return finish(conn, State::Closed);
+  }
+
+  const Options& options_;
+  std::vector<Conn> conns_;
+  int epoll_ = -1;
+  int in_flight_ = 0;
+};
+
+// Lifts the soft descriptor limit to the hard one; false when even that is too small for `needed`.
+bool raise_fd_limit(long needed) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur != RLIM_INFINITY && static_cast<long>(limit.rlim_cur) < needed) {
+    std::fprintf(stderr, "idle_conns: %ld connections need %ld descriptors, but the hard limit is %ld "
+                 "(raise it with `ulimit -Hn`)\n", needed - 32, needed, static_cast<long>(limit.rlim_cur));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (!parse_options(argc, argv, options)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  if (!raise_fd_limit(options.connections + 32L)) return 1;
+
+  const Footprint before = footprint(options.pid);
+  const auto start = Clock::now();
+  Holder holder(options);
+  if (!holder.open_all()) return 1;
+  const double setup_s = ms_since(start) / 1000;
+  holder.poll_events(200);  // let the server settle: late answers, and whatever it closes right away
+  const Footprint held = footprint(options.pid);
+
+  // New clients while the connections are held: how long does a newcomer wait?
+  std::vector<double> answered_ms;
+  int probe_refused = 0, probe_timeout = 0;
+  for (int i = 0; i < options.probes; ++i) {
+    const Probe p = probe(options, 2000);
+    if (p.status == 200) answered_ms.push_back(p.ms);
+    else if (p.status == 0) ++probe_timeout;
+    else ++probe_refused;
+  }
+  std::sort(answered_ms.begin(), answered_ms.end());
+  holder.poll_events(0);  // did the server close any held connection meanwhile?
+
+  const long n_held = holder.count(State::Held), n_dropped = holder.count(State::Dropped);
+  const long n_blocked = holder.blocked();
+  const bool server_alive = options.pid == 0 || alive(options.pid);
+  holder.release_all();
+
+  // After the release, the server must serve again. 01 first works through its accept queue (up to somaxconn
+  // connections whose request arrived before the reset, at ~1.1 ms each), hence the generous deadline.
+  Probe after;
+  const auto released = Clock::now();
+  while (after.status != 200 && ms_since(released) < 15000) after = probe(options, 1000);
+
+  auto per_conn = [n_held](long delta) -> std::string {
+    if (n_held == 0) return "n/a";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", static_cast<double>(delta) / static_cast<double>(n_held));
+    return text;
+  };
+  auto ms_or_na = [](bool have, double ms) -> std::string {
+    if (!have) return "n/a";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", ms);
+    return text;
+  };
+  std::printf(
+      "connections=%d held=%ld refused=%ld closed=%ld blocked=%ld dropped=%ld setup_s=%.2f "
+      "rss_before_kib=%ld rss_held_kib=%ld threads_before=%ld threads_held=%ld fds_before=%ld fds_held=%ld "
+      "rss_kib_per_conn=%s threads_per_conn=%s fds_per_conn=%s "
+      "probes=%d probe_ok=%zu probe_refused=%d probe_timeout=%d probe_median_ms=%s probe_max_ms=%s "
+      "server_alive=%d after_status=%d after_ms=%.2f\n",
+      options.connections, n_held, holder.count(State::Refused), holder.count(State::Closed), n_blocked,
+      n_dropped, setup_s, before.rss_kib, held.rss_kib, before.threads, held.threads, before.fds, held.fds,
+      per_conn(held.rss_kib - before.rss_kib).c_str(), per_conn(held.threads - before.threads).c_str(),
+      per_conn(held.fds - before.fds).c_str(), options.probes, answered_ms.size(), probe_refused,
+      probe_timeout, ms_or_na(!answered_ms.empty(), answered_ms.empty() ? 0 : answered_ms[answered_ms.size() / 2]).c_str(),
+      ms_or_na(!answered_ms.empty(), answered_ms.empty() ? 0 : answered_ms.back()).c_str(), server_alive ? 1 : 0,
+      after.status, after.ms);
+  return 0;
+}

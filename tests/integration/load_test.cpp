@@ -1,0 +1,296 @@
+// Many clients at once: 200 concurrent clients, the concurrency property that tells the models apart, more
+// connections than select() can watch, and running out of descriptors.
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/proc.hpp"
+#include "tests/support/server_fixture.hpp"
+
+namespace psp::test {
+namespace {
+
+// Opens `n` connections first (01 accepts one at a time; the others wait in its backlog), then sends one request
+// on each, then reads all the responses in one poll loop, closing each client as soon as it is answered so that
+// 01 moves on. `elapsed` runs from the first send to the last complete response.
+template <typename Fixture>
+::testing::AssertionResult all_answered(Fixture& test, int n, std::string_view extra_headers,
+                                        std::string_view connection, Clock::duration& elapsed) {
+  std::vector<Client> clients;
+  clients.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    clients.push_back(test.connect());
+    if (!clients.back().ok()) return ::testing::AssertionFailure() << "client " << i << ": " << clients.back().error();
+  }
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    if (!clients[static_cast<std::size_t>(i)].send(request("GET", "/client/" + std::to_string(i), "HTTP/1.1", extra_headers),
+                                                   deadline_in(kIoTimeout)))
+      return ::testing::AssertionFailure() << "client " << i << ": " << clients[static_cast<std::size_t>(i)].error();
+  }
+  const auto outcomes = collect_responses(clients, deadline_in(10s));
+  elapsed = Clock::now() - start;
+  int failed = 0;
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    std::string problem;
+    if (o.kind == Outcome::Kind::response) {
+      const auto ok = is_ok_response(o.response, false, connection);
+      if (!ok) problem = ok.message();
+    } else {
+      problem = o.kind == Outcome::Kind::pending ? "no response within 10 s" : o.detail;
+    }
+    if (problem.empty()) continue;
+    if (failed == 0) result = ::testing::AssertionFailure();
+    if (++failed <= 5) result << "client " << i << ": " << problem << "\n";
+  }
+  if (failed > 0) result << failed << " of " << n << " clients not answered correctly";
+  return result;
+}
+
+long long to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+class Load : public ServerTest {
+ public:
+  using ServerTest::connect;
+};
+
+TEST_P(Load, TwoHundredConcurrentClients) {
+  if (!launch({"--delay-us", "0"})) return;
+  Clock::duration elapsed{};
+  EXPECT_TRUE(all_answered(*this, 200, "", kEitherConnection, elapsed));
+  EXPECT_TRUE(serves_new_client());
+}
+
+// The property that tells the models apart: 8 requests that each wait 20 ms overlap in 02-07 and queue up in 01.
+TEST_P(Load, ConcurrencyProperty) {
+  if (!launch({"--delay-us", "20000"})) return;
+  Clock::duration elapsed{};
+  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
+  if (server_info().number == 1) {
+    EXPECT_GE(to_ms(elapsed), 155) << "01 serves one connection at a time: 8 x 20 ms cannot overlap";
+  } else {
+    EXPECT_LT(to_ms(elapsed), 120) << "8 requests of 20 ms each should overlap, not take 8 x 20 ms";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllServers, Load, ::testing::ValuesIn(all_servers()), ServerName());
+
+// The event loops (03, 05, 06, 07) on a single loop thread: a timer hides the wait, a sleep or a spin in the loop
+// thread serialises every request (the classic mistake, kept on purpose for the labs).
+class EventLoop : public ServerTest {
+ public:
+  using ServerTest::connect;
+
+ protected:
+  std::vector<std::string> one_loop(std::vector<std::string> args) const {
+    if (server_info().number != 3) {  // 03 is one loop by construction and refuses --threads
+      args.push_back("--threads");
+      args.push_back("1");
+    }
+    return args;
+  }
+};
+
+TEST_P(EventLoop, TimerHandlerOverlapsOnOneLoop) {
+  if (!launch(one_loop({"--delay-us", "20000", "--handler", "wait"}))) return;
+  Clock::duration elapsed{};
+  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
+  EXPECT_LT(to_ms(elapsed), 120) << "one loop with timers should overlap 8 waits of 20 ms";
+}
+
+TEST_P(EventLoop, SleepHandlerSerialisesOneLoop) {
+  if (!launch(one_loop({"--delay-us", "20000", "--handler", "sleep"}))) return;
+  Clock::duration elapsed{};
+  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
+  EXPECT_GE(to_ms(elapsed), 155) << "--handler sleep blocks the only loop thread for 20 ms per request";
+}
+
+TEST_P(EventLoop, SpinHandlerSerialisesOneLoop) {
+  if (!launch(one_loop({"--delay-us", "20000", "--handler", "spin"}))) return;
+  Clock::duration elapsed{};
+  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
+  EXPECT_GE(to_ms(elapsed), 155) << "--handler spin burns 20 ms of the only loop thread per request";
+}
+
+INSTANTIATE_TEST_SUITE_P(EventLoopServers, EventLoop, ::testing::ValuesIn(servers({3, 5, 6, 7})), ServerName());
+
+// More connections than FD_SETSIZE (1024). 03 must never FD_SET such an fd: those connections get 503 (or are
+// closed) and every other client is served. 05, 06 and 07 have no such limit and serve everyone.
+class ManyConnections : public ServerTest {};
+
+TEST_P(ManyConnections, MoreThanFdSetSizeConnections) {
+  constexpr int kClients = 1100;
+  rlimit own{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  ASSERT_GE(own.rlim_max, static_cast<rlim_t>(kClients + 200))
+      << "the hard RLIMIT_NOFILE of the test process is too low for " << kClients << " connections";
+  own.rlim_cur = own.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0) << errno_text(errno);
+  if (!launch({"--delay-us", "0", "--idle-timeout", "60"}, {std::min<rlim_t>(own.rlim_max, 4096)})) return;
+  const bool select_model = server_info().number == 3;
+
+  std::vector<Client> clients;
+  clients.reserve(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(connect());
+    ASSERT_TRUE(clients.back().ok()) << "client " << i << ": " << clients.back().error();
+  }
+  for (int i = 0; i < kClients; ++i) {
+    Client& c = clients[static_cast<std::size_t>(i)];
+    // 03 may already have answered 503 and closed; then the send fails and the 503 is still there to read.
+    if (!c.send(request("GET", "/many/" + std::to_string(i)), deadline_in(kIoTimeout))) {
+      ASSERT_TRUE(select_model && is_reset_errno(c.send_errno())) << "client " << i << ": " << c.error();
+    }
+  }
+  auto outcomes = collect_responses(clients, deadline_in(10s), {/*close_when_done=*/false, std::nullopt});
+  int served = 0, refused = 0, closed = 0, wrong = 0;
+  std::string problems;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    std::string problem;
+    if (o.kind == Outcome::Kind::response && o.response.status == 200) {
+      const auto ok = is_ok_response(o.response, false, kEitherConnection);
+      if (ok) ++served;
+      else problem = ok.message();
+    } else if (select_model && o.kind == Outcome::Kind::response && o.response.status == 503) {
+      ++refused;
+      const auto end = clients[i].wait_closed(deadline_in(3s));
+      if (end != Client::Closed::eof && end != Client::Closed::reset)
+        problem = std::string("after its 503 the connection was ") + Client::describe(end);
+    } else if (select_model && o.kind == Outcome::Kind::closed) {
+      ++closed;
+    } else if (o.kind == Outcome::Kind::response) {
+      problem = "unexpected response:\n" + o.response.head_text();
+    } else {
+      problem = o.kind == Outcome::Kind::pending ? "no response within 10 s" : o.detail;
+    }
+    if (!problem.empty() && ++wrong <= 5) problems += "client " + std::to_string(i) + ": " + problem + "\n";
+  }
+  EXPECT_EQ(wrong, 0) << problems;
+  RecordProperty("served", served);
+  RecordProperty("refused_503", refused);
+  RecordProperty("closed", closed);
+  if (select_model) {
+    EXPECT_GE(served, 900) << "03 must serve every connection whose fd is below FD_SETSIZE; served " << served
+                           << ", 503 " << refused << ", closed " << closed;
+  } else {
+    EXPECT_EQ(served, kClients);
+  }
+
+  // With all of them still open, one more client gets an answer.
+  {
+    Client extra = connect();
+    ASSERT_TRUE(extra.ok()) << extra.error();
+    const bool sent = extra.send(request("GET", "/one-more"), deadline_in(kIoTimeout));
+    ASSERT_TRUE(sent || (select_model && is_reset_errno(extra.send_errno()))) << extra.error();
+    const auto r = extra.read_response(deadline_in(kIoTimeout));
+    if (select_model) {
+      EXPECT_TRUE(r ? (r->status == 200 || r->status == 503) : extra.buffered().empty() && extra.closed_by_peer())
+          << (r ? r->head_text() : extra.error());
+    } else {
+      ASSERT_TRUE(r) << extra.error();
+      EXPECT_TRUE(is_ok_response(*r, false, kEitherConnection));
+    }
+  }
+  EXPECT_TRUE(server_->running()) << server_->wait_exit(deadline_in(1s)).describe() << "; stderr: " << server_->err();
+  clients.clear();
+  EXPECT_TRUE(serves_new_client());
+}
+
+INSTANTIATE_TEST_SUITE_P(SelectAndEventLoops, ManyConnections, ::testing::ValuesIn(servers({3, 5, 6, 7})),
+                         ServerName());
+
+// Out of descriptors (EMFILE): the server neither dies nor spins, keeps serving the connections it has, and
+// accepts again once descriptors are free.
+class Emfile : public ServerTest {};
+
+TEST_P(Emfile, KeepsServingAndRecovers) {
+  constexpr int kClients = 100;
+  const auto test_start = Clock::now();
+  // A long idle timeout: the first clients answered must still be open when the second round reaches them.
+  if (!launch({"--delay-us", "0", "--idle-timeout", "60"}, {64})) return;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(connect());  // completes in the kernel's backlog whether the server accepts it or not
+    ASSERT_TRUE(clients.back().ok()) << "client " << i << ": " << clients.back().error();
+  }
+  for (int i = 0; i < kClients; ++i) {
+    Client& c = clients[static_cast<std::size_t>(i)];
+    // A server may shed connections it cannot keep; that send then fails and the outcome below says so.
+    if (!c.send(request("GET", "/emfile/" + std::to_string(i)), deadline_in(kIoTimeout))) {
+      ASSERT_TRUE(is_reset_errno(c.send_errno())) << "client " << i << ": " << c.error();
+    }
+  }
+  // Connections the server could not accept wait in its backlog without an answer. Collect until no answer has
+  // come for a second: the server has then taken all it can.
+  const auto outcomes = collect_responses(clients, deadline_in(10s), {/*close_when_done=*/false, 1s});
+  int answered = 0;
+  std::vector<std::size_t> kept_open;  // answered with keep-alive: the server holds these connections
+  int wrong = 0;
+  std::string problems;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    std::string problem;
+    if (o.kind == Outcome::Kind::response && o.response.status == 200) {
+      const auto ok = is_ok_response(o.response, false, kEitherConnection);
+      if (!ok) {
+        problem = ok.message();
+      } else {
+        ++answered;
+        if (lower(*o.response.header("Connection")) == "keep-alive") kept_open.push_back(i);
+      }
+    } else if (o.kind == Outcome::Kind::response && o.response.status != 503) {
+      problem = "unexpected response:\n" + o.response.head_text();
+    } else if (o.kind == Outcome::Kind::malformed) {
+      problem = o.detail;
+    }
+    if (!problem.empty() && ++wrong <= 5) problems += "client " + std::to_string(i) + ": " + problem + "\n";
+  }
+  EXPECT_EQ(wrong, 0) << problems;
+  RecordProperty("answered", answered);
+  RecordProperty("kept_open", static_cast<int>(kept_open.size()));
+  RecordProperty("pending", static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const Outcome& o) {
+                   return o.kind == Outcome::Kind::pending;
+                 })));
+  ASSERT_TRUE(server_->running()) << server_->wait_exit(deadline_in(1s)).describe() << "; stderr: " << server_->err();
+  EXPECT_GE(answered, 10) << "with 64 descriptors a server can hold dozens of connections";
+
+  // Not spinning on accept(): CPU use over one second while it sits at the limit with clients in its backlog.
+  // The wait measures a rate; it synchronises nothing.
+  const long ticks_before = cpu_ticks(server_->pid());
+  const auto window_start = Clock::now();
+  std::this_thread::sleep_for(1s);
+  const long ticks = cpu_ticks(server_->pid()) - ticks_before;
+  const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+  EXPECT_LT(static_cast<double>(ticks), 0.5 * static_cast<double>(::sysconf(_SC_CLK_TCK)) * seconds)
+      << "the server used " << ticks << " CPU ticks in " << seconds << " s while idle at its descriptor limit";
+
+  // It keeps serving the connections it holds.
+  for (std::size_t i : kept_open) {
+    Client& c = clients[i];
+    const auto asked = Clock::now();
+    ASSERT_TRUE(c.send(request("GET", "/again"), deadline_in(kIoTimeout))) << "client " << i << ": " << c.error();
+    const auto r = c.read_response(deadline_in(kIoTimeout));
+    ASSERT_TRUE(r) << "client " << i << ", " << ms_since(asked) << " ms after its second request, " << ms_since(test_start)
+                   << " ms into the test: " << c.error();
+    ASSERT_TRUE(is_ok_response(*r, false, kEitherConnection)) << "client " << i;
+  }
+
+  // Free everything: the server accepts again.
+  clients.clear();
+  EXPECT_TRUE(serves_new_client());
+  EXPECT_TRUE(server_->running());
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers02To07, Emfile, ::testing::ValuesIn(servers({2, 3, 4, 5, 6, 7})), ServerName());
+
+}  // namespace
+}  // namespace psp::test

@@ -1,0 +1,459 @@
+#pragma once
+// A test client for 127.0.0.1 that never blocks without a deadline.
+//
+// Every socket is non-blocking and every wait is a poll() bounded by a deadline, so a server that stalls,
+// answers short or never closes makes a test fail with a message instead of hanging the whole suite.
+// Responses are parsed strictly: CRLF line endings, a Content-Length on every response, no bytes left over.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace psp::test {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+using std::chrono::milliseconds;
+
+inline Deadline deadline_in(Clock::duration d) { return Clock::now() + d; }
+
+// poll() timeout for the time left until `deadline`, rounded up so we never wake a hair early and spin.
+inline int poll_timeout_ms(Deadline deadline) {
+  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
+}
+
+inline std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+inline std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+inline bool contains_ci(std::string_view haystack, std::string_view needle) {
+  return lower(haystack).find(lower(needle)) != std::string::npos;
+}
+
+// Owns one file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct HttpResponse {
+  std::string status_line;  // without CRLF
+  std::string version;      // "HTTP/1.1"
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;  // in order, as received (values trimmed)
+  std::string body;
+
+  int header_count(std::string_view name) const {
+    return static_cast<int>(std::count_if(headers.begin(), headers.end(),
+                                          [&](const auto& h) { return lower(h.first) == lower(name); }));
+  }
+  std::optional<std::string> header(std::string_view name) const {
+    for (const auto& h : headers)
+      if (lower(h.first) == lower(name)) return h.second;
+    return std::nullopt;
+  }
+  std::string head_text() const {
+    std::string out = status_line + "\n";
+    for (const auto& h : headers) out += h.first + ": " + h.second + "\n";
+    return out;
+  }
+};
+
+enum class Parse { complete, need_more, malformed };
+
+// Parses one response from the front of `buffer` and removes it. A HEAD response has no body whatever its
+// Content-Length says. Every response of these servers carries Content-Length, so its absence is an error.
+inline Parse parse_response(std::string& buffer, bool head, HttpResponse& out, std::string& error) {
+  constexpr std::size_t kMaxHead = 64 * 1024;
+  const std::size_t end = buffer.find("\r\n\r\n");
+  if (end == std::string::npos) {
+    if (buffer.size() > kMaxHead) {
+      error = "no end of response head in the first 64 KiB";
+      return Parse::malformed;
+    }
+    return Parse::need_more;
+  }
+  HttpResponse r;
+  std::vector<std::string> lines;
+  for (std::size_t pos = 0; pos < end + 2;) {
+    const std::size_t eol = buffer.find("\r\n", pos);
+    lines.push_back(buffer.substr(pos, eol - pos));
+    pos = eol + 2;
+  }
+  r.status_line = lines.front();
+  const std::string& sl = r.status_line;
+  // "HTTP/1.1 200 OK": version, one space, three digits, one space, reason.
+  if (sl.size() < 13 || sl.compare(0, 7, "HTTP/1.") != 0 || sl[8] != ' ' || !std::isdigit(static_cast<unsigned char>(sl[9])) ||
+      !std::isdigit(static_cast<unsigned char>(sl[10])) || !std::isdigit(static_cast<unsigned char>(sl[11])) || sl[12] != ' ') {
+    error = "malformed status line: '" + sl + "'";
+    return Parse::malformed;
+  }
+  r.version = sl.substr(0, 8);
+  r.status = std::stoi(sl.substr(9, 3));
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0 || line.find_first_of(" \t\r\n") < colon) {
+      error = "malformed header line: '" + line + "'";
+      return Parse::malformed;
+    }
+    std::string value = line.substr(colon + 1);
+    const std::size_t first = value.find_first_not_of(" \t");
+    const std::size_t last = value.find_last_not_of(" \t");
+    value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
+    if (value.find_first_of("\r\n") != std::string::npos) {
+      error = "bare CR or LF in header line: '" + line + "'";
+      return Parse::malformed;
+    }
+    r.headers.emplace_back(line.substr(0, colon), value);
+  }
+  if (r.header_count("Content-Length") != 1) {
+    error = "response needs exactly one Content-Length header:\n" + r.head_text();
+    return Parse::malformed;
+  }
+  const std::string cl = *r.header("Content-Length");
+  if (cl.empty() || cl.size() > 9 || cl.find_first_not_of("0123456789") != std::string::npos) {
+    error = "bad Content-Length '" + cl + "'";
+    return Parse::malformed;
+  }
+  const std::size_t body_length = head ? 0 : std::stoul(cl);
+  const std::size_t total = end + 4 + body_length;
+  if (buffer.size() < total) return Parse::need_more;
+  r.body = buffer.substr(end + 4, body_length);
+  buffer.erase(0, total);
+  out = std::move(r);
+  return Parse::complete;
+}
+
+inline bool is_reset_errno(int err) { return err == ECONNRESET || err == EPIPE || err == ECONNABORTED; }
+
+struct ClientOptions {
+  bool nodelay = false;  // TCP_NODELAY: each send() leaves as its own segment
+  int rcvbuf = 0;        // SO_RCVBUF before connect (small values make the server's writes block)
+};
+
+class Client {
+ public:
+  using Options = ClientOptions;
+  // How a wait for the server to close ended.
+  enum class Closed { eof, reset, timeout, data };
+
+  Client() = default;
+
+  // Connects to 127.0.0.1:port. Check ok() and error().
+  static Client connect_to(std::uint16_t port, Deadline deadline, Options options = {}) {
+    Client c;
+    c.fd_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!c.fd_.valid()) { c.fail("socket: " + errno_text(errno)); return c; }
+    if (options.nodelay) {
+      const int one = 1;
+      ::setsockopt(c.fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    if (options.rcvbuf > 0)
+      ::setsockopt(c.fd_.get(), SOL_SOCKET, SO_RCVBUF, &options.rcvbuf, sizeof options.rcvbuf);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(c.fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      if (errno != EINPROGRESS) { c.fail("connect: " + errno_text(errno)); return c; }
+      pollfd p{c.fd_.get(), POLLOUT, 0};
+      int n;
+      while ((n = ::poll(&p, 1, poll_timeout_ms(deadline))) < 0 && errno == EINTR) {
+      }
+      if (n == 0) { c.fail("connect: timed out"); return c; }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(c.fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) { c.fail("connect: " + errno_text(err)); return c; }
+    }
+    return c;
+  }
+
+  bool ok() const { return fd_.valid() && error_.empty(); }
+  const std::string& error() const { return error_; }
+  int fd() const { return fd_.get(); }
+  bool is_open() const { return fd_.valid(); }
+  // Bytes received and not consumed by read_response().
+  const std::string& buffered() const { return in_; }
+  // The peer closed (EOF) or reset the connection.
+  bool closed_by_peer() const { return eof_ || read_errno_ != 0; }
+
+  std::uint16_t local_port() const {
+    sockaddr_in addr{};
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    return ntohs(addr.sin_port);
+  }
+
+  // Sends all of `bytes`. MSG_NOSIGNAL: a server that closed early must fail the test, not kill it.
+  bool send(std::string_view bytes, Deadline deadline) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        if (errno == EAGAIN && !wait_for(POLLOUT, deadline)) return set_error("send: timed out (server not reading)");
+      } else {
+        send_errno_ = errno;
+        return set_error("send: " + errno_text(errno));
+      }
+    }
+    return true;
+  }
+  int send_errno() const { return send_errno_; }
+
+  // One send() per byte; with Options::nodelay each byte is its own TCP segment.
+  bool send_byte_by_byte(std::string_view bytes, Deadline deadline) {
+    for (char c : bytes)
+      if (!send(std::string_view(&c, 1), deadline)) return false;
+    return true;
+  }
+
+  // Reads until one whole response is buffered, then returns it. nullopt with error() on EOF, reset, timeout
+  // or a malformed response.
+  std::optional<HttpResponse> read_response(Deadline deadline, bool head = false) {
+    for (;;) {
+      HttpResponse r;
+      std::string err;
+      switch (parse_response(in_, head, r, err)) {
+        case Parse::complete: return r;
+        case Parse::malformed: set_error(err); return std::nullopt;
+        case Parse::need_more: break;
+      }
+      if (eof_ || read_errno_ != 0) {
+        set_error(describe_end("before a whole response arrived"));
+        return std::nullopt;
+      }
+      if (!wait_for(POLLIN, deadline)) {
+        set_error("timed out waiting for a response; received so far: " + preview(in_));
+        return std::nullopt;
+      }
+      read_available();
+    }
+  }
+
+  // Non-blocking: one recv() into the buffer. False once the peer closed or reset.
+  bool read_available() {
+    char chunk[65536];
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), chunk, sizeof chunk, 0);
+      if (n > 0) {
+        in_.append(chunk, static_cast<std::size_t>(n));
+        return true;
+      }
+      if (n == 0) {
+        eof_ = true;
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return true;
+      read_errno_ = errno;
+      return false;
+    }
+  }
+
+  // Parses one response from what is already buffered.
+  Parse take_response(bool head, HttpResponse& out, std::string& err) { return parse_response(in_, head, out, err); }
+
+  // Waits for the server to close: EOF or reset. Any byte that arrives instead is reported as `data`
+  // (and kept in buffered()).
+  Closed wait_closed(Deadline deadline) {
+    if (!in_.empty()) return Closed::data;
+    for (;;) {
+      if (eof_) return Closed::eof;
+      if (read_errno_ != 0) return Closed::reset;
+      if (!wait_for(POLLIN, deadline)) return Closed::timeout;
+      read_available();
+      if (!in_.empty()) return Closed::data;
+    }
+  }
+
+  static const char* describe(Closed c) {
+    switch (c) {
+      case Closed::eof: return "closed (EOF)";
+      case Closed::reset: return "reset";
+      case Closed::timeout: return "still open at the deadline";
+      case Closed::data: return "sent unexpected bytes instead of closing";
+    }
+    return "?";
+  }
+
+  void half_close() { ::shutdown(fd_.get(), SHUT_WR); }
+
+  // Abortive close: SO_LINGER with a zero timeout makes close() send RST and drop everything unsent.
+  void reset() {
+    const linger l{1, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    fd_.reset();
+  }
+
+  void close() { fd_.reset(); }
+
+  std::string describe_end(std::string_view when) const {
+    std::string what = eof_ ? "server closed the connection" : "connection failed: " + errno_text(read_errno_);
+    return what + " " + std::string(when) + "; received: " + preview(in_);
+  }
+
+  static std::string preview(std::string_view bytes) {
+    if (bytes.empty()) return "(nothing)";
+    std::string out = std::to_string(bytes.size()) + " bytes '";
+    for (char c : bytes.substr(0, 300)) {
+      if (c == '\r') out += "\\r";
+      else if (c == '\n') out += "\\n";
+      else if (std::isprint(static_cast<unsigned char>(c))) out += c;
+      else out += '.';
+    }
+    return out + (bytes.size() > 300 ? "'..." : "'");
+  }
+
+ private:
+  void fail(std::string message) {
+    error_ = std::move(message);
+    fd_.reset();
+  }
+  bool set_error(std::string message) {
+    error_ = std::move(message);
+    return false;
+  }
+  // True when the fd is ready (or in error: the next call reports it); false on timeout.
+  bool wait_for(short events, Deadline deadline) {
+    pollfd p{fd_.get(), events, 0};
+    for (;;) {
+      const int n = ::poll(&p, 1, poll_timeout_ms(deadline));
+      if (n > 0) return true;
+      if (n == 0) return false;
+      if (errno != EINTR) return false;
+    }
+  }
+
+  Fd fd_;
+  std::string in_;
+  std::string error_;
+  bool eof_ = false;
+  int read_errno_ = 0;
+  int send_errno_ = 0;
+};
+
+// What became of one client when many are read at once.
+struct Outcome {
+  enum class Kind { pending, response, closed, malformed };
+  Kind kind = Kind::pending;
+  HttpResponse response;  // when kind == response
+  std::string detail;     // for closed and malformed
+};
+
+struct CollectOptions {
+  bool close_when_done = true;  // close each client as soon as its outcome is known (01 needs it to move on)
+  // When set, stop once at least one outcome is known and nothing has happened for this long; clients still
+  // waiting then stay `pending`. For servers that legitimately leave some clients waiting (EMFILE).
+  std::optional<Clock::duration> settle;
+};
+
+// Reads one response from each client concurrently with a single poll() loop.
+inline std::vector<Outcome> collect_responses(std::vector<Client>& clients, Deadline deadline,
+                                              CollectOptions options = {}) {
+  std::vector<Outcome> outcomes(clients.size());
+  std::size_t unresolved = 0;
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    if (clients[i].is_open()) {
+      ++unresolved;
+    } else {
+      outcomes[i].kind = Outcome::Kind::closed;
+      outcomes[i].detail = "not connected: " + clients[i].error();
+    }
+  }
+  bool any_resolved = unresolved < clients.size();
+  Clock::time_point last_event = Clock::now();
+  auto resolve = [&](std::size_t i, Outcome::Kind kind, std::string detail) {
+    outcomes[i].kind = kind;
+    outcomes[i].detail = std::move(detail);
+    --unresolved;
+    any_resolved = true;
+    if (options.close_when_done) clients[i].close();
+  };
+  // Something may already be buffered.
+  auto try_parse = [&](std::size_t i) {
+    std::string err;
+    switch (clients[i].take_response(false, outcomes[i].response, err)) {
+      case Parse::complete: resolve(i, Outcome::Kind::response, ""); return true;
+      case Parse::malformed: resolve(i, Outcome::Kind::malformed, err); return true;
+      case Parse::need_more: return false;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < clients.size(); ++i)
+    if (outcomes[i].kind == Outcome::Kind::pending) try_parse(i);
+
+  std::vector<pollfd> fds;
+  std::vector<std::size_t> index;
+  while (unresolved > 0) {
+    Deadline wake = deadline;
+    if (options.settle && any_resolved) wake = std::min(wake, last_event + *options.settle);
+    if (Clock::now() >= wake) break;
+    fds.clear();
+    index.clear();
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+      if (outcomes[i].kind != Outcome::Kind::pending) continue;
+      fds.push_back(pollfd{clients[i].fd(), POLLIN, 0});
+      index.push_back(i);
+    }
+    const int n = ::poll(fds.data(), fds.size(), poll_timeout_ms(wake));
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    last_event = Clock::now();
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      const std::size_t i = index[k];
+      const bool open = clients[i].read_available();
+      if (try_parse(i)) continue;
+      if (!open)
+        resolve(i, clients[i].buffered().empty() ? Outcome::Kind::closed : Outcome::Kind::malformed,
+                clients[i].describe_end("before a whole response arrived"));
+    }
+  }
+  return outcomes;
+}
+
+}  // namespace psp::test
