@@ -73,7 +73,7 @@ struct Conn {
 // Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
 // connection that has closed (its fd number perhaps reused since) or moved on, it is ignored.
 struct Timer {
-  enum Kind { kHandler, kIdle } kind;
+  enum Kind { kHandler, kIdle, kResumeAccept } kind;
   int fd;
   std::uint64_t generation;
 };
@@ -127,7 +127,10 @@ class Loop {
   void accept_clients() {
     for (int i = 0; i < kAcceptBatch; ++i) {
       Fd client = accept_client(listener_.get(), Blocking::kNo);
-      if (!client.valid()) return;  // the queue is empty (EAGAIN), or the connection was lost or shed (EMFILE)
+      if (!client.valid()) {  // the queue is empty (EAGAIN), or the connection was lost or shed (EMFILE)
+        if (errno == EMFILE || errno == ENFILE) pause_accepting();  // stuck: see accept_client() in net.hpp
+        return;
+      }
       int fd = client.get();
       Conn& c = conns_[fd];
       c.fd = std::move(client);
@@ -209,6 +212,14 @@ class Loop {
   }
   // [/excerpt:watch]
 
+  // Out of descriptors with a connection we can neither accept nor shed: the listener stays readable, so a
+  // level-triggered loop would spin on it. Stop watching it for kAcceptPause; a timer turns it back on.
+  void pause_accepting() {
+    epoll_event ev{};  // no events: the listener stays in the set, but quiet
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+    timers_.add(Clock::now() + kAcceptPause, Timer{Timer::kResumeAccept, -1, 0});
+  }
+
   bool epoll_add(int fd, std::uint32_t events) {
     epoll_event ev{};
     ev.events = events;
@@ -218,6 +229,12 @@ class Loop {
 
   // [excerpt:timers]
   void on_timer(const Timer& t, Clock::time_point now) {
+    if (t.kind == Timer::kResumeAccept) {
+      epoll_event ev{EPOLLIN, {}};
+      ev.data.fd = listener_.get();
+      if (listener_.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+      return;
+    }
     auto it = conns_.find(t.fd);
     if (it == conns_.end() || it->second.generation != t.generation) return;  // its connection is gone
     Conn& c = it->second;

@@ -314,6 +314,7 @@ describe_machine() {
   cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
   cpu_count=$(nproc)
   kernel=$(uname -r)
+  # shellcheck source=/dev/null
   os=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo unknown)
   memory=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
   virt=$(awk -F': *' '/^Hypervisor vendor/ { print $2 }' <(lscpu 2>/dev/null) || true)

@@ -160,9 +160,15 @@ inline bool shed_pending_connection(int listen_fd) {
 
 enum class Blocking { kYes, kNo };
 
-// One new connection, or an invalid Fd when there is none to take right now (nothing pending, the client gave up,
-// or the process was out of descriptors and the connection was shed). Sets TCP_NODELAY: every response is written
+constexpr std::chrono::milliseconds kAcceptPause{10};  // how long a stuck listener goes unwatched (see below)
+
+// One new connection, or an invalid Fd when there is none to take right now: nothing pending, the client gave up,
+// or the process was out of descriptors and the connection was shed. Sets TCP_NODELAY: every response is written
 // whole, so Nagle's algorithm could only add delay to pipelined replies.
+//
+// An invalid Fd with errno EMFILE or ENFILE means "stuck": out of descriptors, and the spare was gone too (another
+// thread took it), so the connection is still pending. The listener stays readable; a loop with several accepting
+// threads must then stop watching it for a moment (kAcceptPause) instead of spinning on it.
 inline Fd accept_client(int listen_fd, Blocking mode) {
   int flags = SOCK_CLOEXEC | (mode == Blocking::kNo ? SOCK_NONBLOCK : 0);
   for (;;) {
@@ -173,8 +179,11 @@ inline Fd accept_client(int listen_fd, Blocking mode) {
       return Fd(fd);
     }
     if (errno == EINTR) continue;
-    if (errno == EMFILE || errno == ENFILE) shed_pending_connection(listen_fd);
-    return Fd();  // EAGAIN, ECONNABORTED, EMFILE...: nothing to serve now; the caller waits for readiness again
+    if (errno == EMFILE || errno == ENFILE) {
+      int out_of_fds = errno;
+      errno = shed_pending_connection(listen_fd) ? ECONNABORTED : out_of_fds;  // shed: that client is gone
+    }
+    return Fd();  // EAGAIN, ECONNABORTED...: nothing to serve now; the caller waits for readiness again
   }
 }
 

@@ -234,7 +234,9 @@ class ServerProcess {
     }
     out_write.reset();
     err_write.reset();
-    pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
+#ifdef SYS_pidfd_open
+    pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));  // invalid on kernels < 5.3: wait_exit polls
+#endif
     wake_.reset(::eventfd(0, EFD_CLOEXEC));
     reader_ = std::thread([this, out = std::move(out_read), err = std::move(err_read)]() mutable {
       pump(std::move(out), std::move(err));
