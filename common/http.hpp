@@ -75,16 +75,20 @@ void for_each_element(std::string_view list, F f) {
 }
 
 // Content-Length is 1*DIGIT; a list of equal values ("5, 5") is allowed by RFC 9112 6.3, different ones are not.
+// Any number of digits is valid (RFC 9110 8.6), so huge values saturate instead of overflowing: they are refused
+// as too large (413) like every other length above 0.
 inline bool parse_content_length(std::string_view value, long long& out) {
+  constexpr long long kSaturated = 1'000'000'000'000'000'000;  // far above any body, far below LLONG_MAX
   bool ok = true, seen = false;
   for_each_element(value, [&](std::string_view v) {
+    if (!ok) return;
     long long n = 0;
-    if (v.empty() || v.size() > 18) ok = false;
     for (char c : v) {
       if (c < '0' || c > '9') ok = false;
-      n = n * 10 + (c - '0');
+      if (!ok) return;
+      n = n > kSaturated / 10 ? kSaturated : n * 10 + (c - '0');
     }
-    if (ok && seen && n != out) ok = false;
+    if (v.empty() || (seen && n != out)) ok = false;
     out = n;
     seen = true;
   });
