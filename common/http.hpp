@@ -1,7 +1,7 @@
 // common/http.hpp: the HTTP/1.1 every server speaks, the same for all seven I/O models.
 //
 // parse_request() looks at the bytes a connection has received and says one of three things:
-//   kIncomplete  the request head has not ended yet: read more (unless the head is already too long: then kError 431)
+//   kIncomplete  the request head has not ended yet: read more (unless it is already too long: then 414 or 431)
 //   kComplete    one request head of `length` bytes is at the front: answer it, then drop those bytes
 //   kError       the head is malformed: answer error_response(status) and close the connection
 //
@@ -20,7 +20,7 @@
 
 namespace http {
 
-constexpr std::size_t kMaxHead = 8 * 1024;  // a longer request head is answered 431
+constexpr std::size_t kMaxHead = 8 * 1024;  // a longer request line is answered 414, a longer head 431
 constexpr std::size_t kBodySize = 1024;      // the fixed response body of the course's one workload
 
 struct Request {
@@ -61,6 +61,15 @@ inline std::string_view trim(std::string_view s) {  // optional whitespace (OWS)
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+// Host = uri-host [ ":" port ] (RFC 9112 3.2, RFC 3986 3.2.2): a name or address made of unreserved characters,
+// percent-encodings, sub-delims, and the brackets and colons of an IPv6 literal. Empty is allowed.
+inline bool is_host(std::string_view value) {
+  for (unsigned char c : value)
+    if (!std::isalnum(c) && std::string_view("-._~%!$&'()*+,;=:[]").find(static_cast<char>(c)) == std::string_view::npos)
+      return false;
+  return true;
 }
 
 // Calls f(token) for each comma-separated element of a list value ("keep-alive, Upgrade").
@@ -121,8 +130,10 @@ inline Parse parse_request(std::string_view data) {
   do {
     start = pos;
     if (pos >= kMaxHead) return fail(431);
-    if (!next_line()) return data.size() - start > kMaxHead ? fail(431) : p;
+    if (!next_line()) return data.size() - start > kMaxHead ? fail(414) : p;
   } while (line.empty());
+  // RFC 9112 3: a request-target longer than we wish to parse is 414 (URI Too Long), not a header problem.
+  if (line.size() > kMaxHead) return fail(414);
 
   // The request line: method SP target SP version, single spaces, nothing else.
   std::size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
@@ -157,6 +168,7 @@ inline Parse parse_request(std::string_view data) {
       if ((c < ' ' && c != '\t') || c == 0x7f) return fail(400);
 
     if (iequals(name, "Host")) {
+      if (!is_host(value)) return fail(400);  // RFC 9112 3.2: an invalid Host value is refused
       ++hosts;
     } else if (iequals(name, "Content-Length")) {
       long long n = 0;
@@ -209,6 +221,7 @@ inline const char* reason_phrase(int status) {
     case 400: return "Bad Request";
     case 405: return "Method Not Allowed";
     case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";

@@ -68,7 +68,7 @@ void check_answer(std::string_view data, const Parse& p) {
     case Parse::kIncomplete:
       require(p.length == 0 && p.error == 0, "kIncomplete has no length and no error");
       require(skipped < http::kMaxHead && data.size() <= skipped + http::kMaxHead,
-              "kIncomplete only while the head can still fit in kMaxHead (else 431)");
+              "kIncomplete only while the head can still fit in kMaxHead (else 414 or 431)");
       break;
     case Parse::kComplete: {
       require(p.error == 0, "kComplete has no error");
@@ -84,9 +84,9 @@ void check_answer(std::string_view data, const Parse& p) {
     }
     case Parse::kError:
       require(p.length == 0, "kError has no length");
-      require(p.error == 400 || p.error == 405 || p.error == 413 || p.error == 431 || p.error == 501 ||
-                  p.error == 505,
-              "kError is 400, 405, 413, 431, 501 or 505");
+      require(p.error == 400 || p.error == 405 || p.error == 413 || p.error == 414 || p.error == 431 ||
+                  p.error == 501 || p.error == 505,
+              "kError is 400, 405, 413, 414, 431, 501 or 505");
       break;
     default:
       require(false, "the status is kIncomplete, kComplete or kError");
@@ -97,7 +97,7 @@ void check_answer(std::string_view data, const Parse& p) {
 //
 //   whole is kComplete(L)   a prefix shorter than L is kIncomplete; one of L bytes or more is the same kComplete
 //   whole is kError         a prefix is kIncomplete or kError. The status may differ: a line longer than kMaxHead
-//                           is 431 before it ends, and may be 400 once it ends and says something malformed
+//                           is 414 or 431 before it ends, and may be 400 once it ends and says something malformed
 //   whole is kIncomplete    a prefix is kIncomplete
 //
 // The prefix gets a buffer of its own, of exactly `cut` bytes, so that AddressSanitizer sees a read past the cut.

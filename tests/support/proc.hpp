@@ -53,6 +53,15 @@ inline int wait_fd_count_at_most(pid_t pid, int limit, Deadline deadline) {
   }
 }
 
+// Resident set size of `pid` in KiB (VmRSS in /proc/PID/status), or -1 if unreadable.
+inline long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, 6, "VmRSS:") == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
 // User plus system CPU time of `pid`, in clock ticks (sysconf(_SC_CLK_TCK) per second); -1 if unreadable.
 inline long cpu_ticks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

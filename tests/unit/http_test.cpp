@@ -88,6 +88,8 @@ TEST(Parser, RefusesMalformedRequests) {
       {"GET / HTTP/1.1\r\n: empty-name\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\n\r\n", 400},                           // HTTP/1.1 without Host
       {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},     // two Hosts
+      {"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},              // an invalid Host value
+      {"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n", 400},
@@ -115,7 +117,8 @@ TEST(Parser, LimitsTheHeadTo8KiB) {
   std::string big = "GET / HTTP/1.1\r\nHost: a\r\nX: " + std::string(9000, 'a');
   EXPECT_EQ(parse(big).error, 431);  // incomplete, but already too long: no need to wait for the rest
   EXPECT_EQ(parse(big + "\r\n\r\n").error, 431);
-  EXPECT_EQ(parse(std::string(9000, 'G')).error, 431);  // a request line that never ends
+  EXPECT_EQ(parse(std::string(9000, 'G')).error, 414);  // a request line that never ends: its target is too long
+  EXPECT_EQ(parse("GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: a\r\n\r\n").error, 414);
   EXPECT_EQ(parse(std::string(5000, '\n') + std::string(5000, '\n')).error, 431);  // endless empty lines
 
   std::string fits = "GET / HTTP/1.1\r\nHost: a\r\nX: ";
@@ -147,7 +150,7 @@ TEST(Response, HasTheHeadersAndTheBody) {
 }
 
 TEST(Response, ErrorsCloseAndSayWhy) {
-  for (int status : {400, 405, 413, 431, 501, 503, 505}) {
+  for (int status : {400, 405, 413, 414, 431, 501, 503, 505}) {
     std::string r = http::error_response(status);
     EXPECT_EQ(r.rfind("HTTP/1.1 " + std::to_string(status) + " ", 0), 0u);
     EXPECT_NE(r.find("\r\nConnection: close\r\n"), std::string::npos);
