@@ -1,0 +1,593 @@
+#!/usr/bin/env python3
+"""Keeps the course in docs/ in step with the code and the benchmark results.
+
+    python3 docs/tools/sync.py            refresh every generated block in place, then check links
+    python3 docs/tools/sync.py --check    change nothing; exit 1 and list every problem (the CTest test docs_in_sync)
+
+Generated blocks live between an opening and a closing HTML comment, each alone on its line. Write the opening
+comment, run the script, and it fills in the block (adding the closing comment the first time). Paths are relative
+to the repository root, whichever file the block is in.
+
+  <!-- excerpt: 05-epoll/main.cpp#loop -->              the lines between `// [excerpt:loop]` and
+  <!-- /excerpt -->                                     `// [/excerpt:loop]` in that file, de-indented, fenced
+
+  <!-- results: benchmark/results/RUN/summary.md rows=05-epoll,nginx c=100,500 -->
+  <!-- /results -->                                     the run's provenance list, its table (only the rows whose
+                                                        first cell starts with one of `rows=`, and whose c column
+                                                        is one of `c=`; both optional), and the run's warnings.
+                                                        `brief` gives one provenance sentence instead of the list;
+                                                        columns="server,c,req/s,p99 ms" keeps those columns only
+
+  <!-- figure: benchmark/results/RUN/plot.svg -->      the plot as an image, with the run's provenance sentence
+  <!-- /figure -->                                      (alt="..." sets the image's alternative text)
+
+  <!-- nav -->                                          previous / contents / next links, from the chapter files
+  <!-- /nav -->                                         (docs/NN-*.md) and their first heading
+
+Markers inside fenced code blocks are text, not markers, so a page can show the syntax.
+
+Besides stale blocks, the check reports, for docs/**/*.md and README.md: relative links to files that do not exist,
+`#anchors` that no heading (GitHub's slugs) or <a id> in the target defines, and chapters NN-*.md that do not link to
+the previous chapter and the next one (when those files exist). It also notes (without failing) results files the
+docs cite that git does not track yet, so that a new results folder is not left out of the commit.
+
+Standard library only; Python 3.8+.
+"""
+
+import argparse
+import os
+import re
+import shlex
+import sys
+import textwrap
+import unicodedata
+
+KINDS = ("excerpt", "results", "figure", "nav")
+OPEN_RE = re.compile(r"^<!--\s*(excerpt|results|figure|nav)\b\s*:?\s*(.*?)\s*-->$")
+CLOSE_RE = re.compile(r"^<!--\s*/(excerpt|results|figure|nav)\s*-->$")
+LOOKS_LIKE_MARKER_RE = re.compile(r"^<!--\s*/?\s*(excerpt|results|figure|nav)s?\b")
+FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+CHAPTER_RE = re.compile(r"^(\d\d)-[^/]*\.md$")
+SOURCE_LANGUAGES = {".cpp": "cpp", ".hpp": "cpp", ".cc": "cpp", ".h": "cpp", ".c": "c", ".sh": "sh",
+                    ".py": "python", ".cmake": "cmake", ".txt": "cmake", ".conf": "nginx"}
+
+
+class BlockError(Exception):
+    """A block that cannot be generated: the message says why, in one sentence."""
+
+
+def rel_link(from_file, target, root):
+    """The relative link from the folder of `from_file` (a repo path) to `target` (a repo path), '/' separated."""
+    start = os.path.dirname(os.path.join(root, from_file))
+    return os.path.relpath(os.path.join(root, target), start).replace(os.sep, "/")
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+# ----------------------------------------------------------------------------------------------- block arguments
+
+def parse_args(kind, text):
+    """`PATH key=value key="a value" flag` -> (PATH or None, {key: value})."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise BlockError(f"cannot parse the {kind} marker's arguments ({e})")
+    path, options = None, {}
+    for word in words:
+        if "=" in word:
+            key, value = word.split("=", 1)
+            options[key] = value
+        elif path is None and kind != "nav" and ("/" in word or "." in word):
+            path = word
+        else:
+            options[word] = ""
+    return path, options
+
+
+def check_options(kind, options, allowed):
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise BlockError(f"{kind}: unknown option {', '.join(unknown)} (allowed: {', '.join(allowed) or 'none'})")
+
+
+# ------------------------------------------------------------------------------------------------------ excerpts
+
+def excerpt_lines(root, spec):
+    """The de-indented lines between `// [excerpt:NAME]` and `// [/excerpt:NAME]` (or `#` comments)."""
+    if "#" not in spec:
+        raise BlockError(f"excerpt '{spec}' should be PATH#NAME, e.g. 05-epoll/main.cpp#loop")
+    path, name = spec.rsplit("#", 1)
+    full = os.path.join(root, path)
+    if not os.path.isfile(full):
+        raise BlockError(f"excerpt source {path} does not exist")
+    lines = read_text(full).split("\n")
+    begin_re = re.compile(r"^\s*(//|#)\s*\[excerpt:" + re.escape(name) + r"\]\s*$")
+    end_re = re.compile(r"^\s*(//|#)\s*\[/excerpt:" + re.escape(name) + r"\]\s*$")
+    begins = [i for i, line in enumerate(lines) if begin_re.match(line)]
+    ends = [i for i, line in enumerate(lines) if end_re.match(line)]
+    if not begins or not ends:
+        raise BlockError(f"{path} has no `[excerpt:{name}]` ... `[/excerpt:{name}]` markers")
+    if len(begins) > 1 or len(ends) > 1:
+        raise BlockError(f"{path} has the markers of excerpt `{name}` more than once")
+    if ends[0] < begins[0]:
+        raise BlockError(f"{path}: `[/excerpt:{name}]` comes before `[excerpt:{name}]`")
+    any_marker = re.compile(r"^\s*(//|#)\s*\[/?excerpt:[\w.-]+\]\s*$")
+    body = [line.rstrip() for line in lines[begins[0] + 1:ends[0]] if not any_marker.match(line)]
+    text = textwrap.dedent("\n".join(body)).strip("\n")
+    if not text.strip():
+        raise BlockError(f"{path}: excerpt `{name}` is empty")
+    return path, name, text.split("\n")
+
+
+def render_excerpt(root, doc, args):
+    spec, options = parse_args("excerpt", args)
+    check_options("excerpt", options, [])
+    if spec is None:
+        raise BlockError("excerpt needs PATH#NAME, e.g. <!-- excerpt: 05-epoll/main.cpp#loop -->")
+    path, name, lines = excerpt_lines(root, spec)
+    language = SOURCE_LANGUAGES.get(os.path.splitext(path)[1], "")
+    longest = max((len(m) for m in re.findall(r"`+", "\n".join(lines))), default=0)
+    fence = "`" * max(3, longest + 1)
+    caption = (f"<sub>From [`{path}`]({rel_link(doc, path, root)}), "
+               f"between the `[excerpt:{name}]` markers.</sub>")
+    return [fence + language] + lines + [fence, caption]
+
+
+# ------------------------------------------------------------------------------------------------------- results
+
+class Summary:
+    """A benchmark summary.md: title, provenance bullets, table, warnings."""
+
+    def __init__(self, root, path):
+        full = os.path.join(root, path)
+        if not os.path.isfile(full):
+            raise BlockError(f"results file {path} does not exist (is the results folder committed?)")
+        self.path = path
+        self.title = ""
+        self.bullets, self.header, self.rows, self.warnings = [], [], [], []
+        section = "top"
+        for line in read_text(full).split("\n"):
+            stripped = line.strip()
+            if stripped.startswith("# ") and not self.title:
+                self.title = stripped[2:].strip()
+            elif stripped.startswith("|"):
+                cells = [c.strip() for c in stripped.strip("|").split("|")]
+                if not self.header:
+                    self.header = cells
+                elif not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                    self.rows.append(cells)
+                else:
+                    self.align = stripped
+                section = "table"
+            elif stripped.lower().startswith("warnings"):
+                section = "warnings"
+            elif stripped.startswith("- "):
+                (self.warnings if section == "warnings" else self.bullets).append(stripped[2:].strip())
+        if not self.header or not self.rows:
+            raise BlockError(f"{path} has no results table")
+        if not self.bullets:
+            raise BlockError(f"{path} has no provenance list (machine, kernel, command...)")
+
+    def field(self, name):
+        for bullet in self.bullets:
+            if bullet.lower().startswith(name.lower() + ":"):
+                return bullet.split(":", 1)[1].strip()
+        return ""
+
+    def sentence(self, doc, root):
+        """One sentence with what a reader needs to trust a figure, and a link to the rest."""
+        parts = []
+        command = self.field("Command")
+        if command:
+            parts.append(f"measured by {command}")
+        reps = self.field("Repetitions")
+        if reps:
+            n = re.match(r"\s*(\d+)", reps)
+            parts.append(f"{n.group(1)} repetitions, median and spread of req/s" if n else reps.split(";")[0])
+        else:
+            parts.append("one run per point")
+        load = self.field("Load")
+        if load:
+            parts.append(load)
+        machine, kernel = self.field("Machine"), self.field("Kernel")
+        if machine:
+            parts.append(machine.split(";")[0])
+        if kernel:
+            parts.append(f"Linux {kernel}")
+        commit = self.field("Commit")
+        if commit:
+            parts.append(f"commit {commit.split(';')[0].split()[0]}")
+        when = self.title.split(",", 1)[1].strip() if "," in self.title else ""
+        if when:
+            parts.append(when)
+        link = f"[{self.path}]({rel_link(doc, self.path, root)})"
+        return "Source: " + "; ".join(parts) + f". Everything about the run: {link}."
+
+
+def render_results(root, doc, args):
+    path, options = parse_args("results", args)
+    check_options("results", options, ["rows", "c", "columns", "brief"])
+    if path is None:
+        raise BlockError("results needs the path of a summary.md, e.g. "
+                         "<!-- results: benchmark/results/RUN/summary.md rows=01,nginx -->")
+    summary = Summary(root, path)
+    header, rows = summary.header, summary.rows
+    if options.get("rows"):
+        prefixes = [p.strip() for p in options["rows"].split(",") if p.strip()]
+        rows = [r for r in rows if any(r[0].startswith(p) for p in prefixes)]
+        missing = [p for p in prefixes if not any(r[0].startswith(p) for r in summary.rows)]
+        if missing:
+            raise BlockError(f"{path} has no row starting with {', '.join(missing)}")
+    if options.get("c"):
+        column = next((i for i, h in enumerate(header) if h in ("c", "connections")), None)
+        if column is None:
+            raise BlockError(f"{path} has no `c` or `connections` column to filter on")
+        wanted = [v.strip() for v in options["c"].split(",")]
+        rows = [r for r in rows if r[column] in wanted]
+    if not rows:
+        raise BlockError(f"no row of {path} matches rows={options.get('rows', '')} c={options.get('c', '')}")
+    keep = list(range(len(header)))
+    if options.get("columns"):
+        names = [n.strip() for n in options["columns"].split(",")]
+        unknown = [n for n in names if n not in header]
+        if unknown:
+            raise BlockError(f"{path} has no column {', '.join(unknown)} (it has: {', '.join(header)})")
+        keep = [header.index(n) for n in names]
+    align_cells = [c.strip() for c in getattr(summary, "align", "").strip("|").split("|")]
+    if len(align_cells) != len(header):
+        align_cells = ["---"] * len(header)
+    out = []
+    if "brief" in options:
+        out += ["*" + summary.sentence(doc, root) + "*", ""]
+    else:
+        link = f"[`{path}`]({rel_link(doc, path, root)})"
+        out += [f"*{summary.title}, from {link}:*", ""]
+        out += ["- " + b for b in summary.bullets]
+        if not summary.field("Repetitions"):
+            out.append("- Repetitions: none stated, so one run per row: no median, no spread")
+        out.append("")
+    out.append("| " + " | ".join(header[i] for i in keep) + " |")
+    out.append("|" + "|".join(align_cells[i] for i in keep) + "|")
+    out += ["| " + " | ".join(r[i] if i < len(r) else "" for i in keep) + " |" for r in rows]
+    if summary.warnings:
+        out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in summary.warnings]
+    return out
+
+
+def render_figure(root, doc, args):
+    path, options = parse_args("figure", args)
+    check_options("figure", options, ["alt"])
+    if path is None:
+        raise BlockError("figure needs the path of a plot, e.g. <!-- figure: benchmark/results/RUN/plot.svg -->")
+    if not os.path.isfile(os.path.join(root, path)):
+        raise BlockError(f"figure {path} does not exist (is the results folder committed?)")
+    summary_path = os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/")
+    summary = Summary(root, summary_path)
+    alt = options.get("alt") or f"{summary.title}: requests per second and p99 latency against concurrency"
+    return [f"![{alt}]({rel_link(doc, path, root)})", "", "*" + summary.sentence(doc, root) + "*"]
+
+
+# ---------------------------------------------------------------------------------------------------- navigation
+
+def chapters(root):
+    """{number: repo path} of docs/NN-*.md."""
+    found = {}
+    docs = os.path.join(root, "docs")
+    if os.path.isdir(docs):
+        for name in sorted(os.listdir(docs)):
+            m = CHAPTER_RE.match(name)
+            if m:
+                found.setdefault(int(m.group(1)), "docs/" + name)
+    return found
+
+
+def first_heading(root, path):
+    in_fence = None
+    for line in read_text(os.path.join(root, path)).split("\n"):
+        in_fence = fence_state(line, in_fence)
+        if in_fence is None and line.startswith("# "):
+            return line[2:].strip()
+    return os.path.basename(path)
+
+
+def render_nav(root, doc, args):
+    _, options = parse_args("nav", args)
+    check_options("nav", options, [])
+    found = chapters(root)
+    m = CHAPTER_RE.match(os.path.basename(doc))
+    if not m or not doc.startswith("docs/") or doc.count("/") != 1:
+        raise BlockError("nav blocks belong in chapters, docs/NN-name.md")
+    n = int(m.group(1))
+    parts = []
+    if n - 1 in found:
+        parts.append(f"[← {first_heading(root, found[n - 1])}]({rel_link(doc, found[n - 1], root)})")
+    contents = "docs/README.md"
+    if os.path.isfile(os.path.join(root, contents)):
+        parts.append(f"[Contents]({rel_link(doc, contents, root)})")
+    if n + 1 in found:
+        parts.append(f"[{first_heading(root, found[n + 1])} →]({rel_link(doc, found[n + 1], root)})")
+    return [" · ".join(parts)]
+
+
+RENDERERS = {"excerpt": render_excerpt, "results": render_results, "figure": render_figure, "nav": render_nav}
+
+
+# ------------------------------------------------------------------------------------------------ block rewriting
+
+def fence_state(line, in_fence):
+    """Tracks fenced code blocks: returns the open fence string, or None outside one."""
+    m = FENCE_RE.match(line)
+    if in_fence is None:
+        return m.group(1) if m else None
+    if m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence) and not line.strip().strip(m.group(1)[0]):
+        return None
+    return in_fence
+
+
+def refresh(root, doc, text):
+    """Returns (new text, [(line, kind, args, status)], [errors]); status is 'ok', 'stale' or 'new'."""
+    lines = text.split("\n")
+    out, blocks, errors = [], [], []
+    i, in_fence = 0, None
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if in_fence is not None:
+            in_fence = fence_state(line, in_fence)
+            out.append(line)
+            i += 1
+            continue
+        m = OPEN_RE.match(stripped)
+        if not m:
+            if LOOKS_LIKE_MARKER_RE.match(stripped) and not CLOSE_RE.match(stripped):
+                errors.append(f"{doc}:{i + 1}: malformed marker `{stripped}`")
+            elif CLOSE_RE.match(stripped):
+                errors.append(f"{doc}:{i + 1}: `{stripped}` closes no block")
+            in_fence = fence_state(line, in_fence)
+            out.append(line)
+            i += 1
+            continue
+        kind, args = m.group(1), m.group(2)
+        close = f"<!-- /{kind} -->"
+        # The block runs to its closing marker, unless another opening marker comes first: then it is new.
+        end = None
+        for j in range(i + 1, len(lines)):
+            s = lines[j].strip()
+            if CLOSE_RE.match(s):
+                if CLOSE_RE.match(s).group(1) == kind:
+                    end = j
+                break
+            if OPEN_RE.match(s):
+                break
+        old = lines[i + 1:end] if end is not None else None
+        try:
+            new = RENDERERS[kind](root, doc, args)
+        except BlockError as e:
+            errors.append(f"{doc}:{i + 1}: {kind} block: {e}")
+            new = old if old is not None else []
+        status = "new" if old is None else ("ok" if old == new else "stale")
+        blocks.append((i + 1, kind, args, status))
+        out.append(line)
+        out.extend(new)
+        out.append(close)
+        i = (end + 1) if end is not None else (i + 1)
+    return "\n".join(out), blocks, errors
+
+
+# ---------------------------------------------------------------------------------------------- links and anchors
+
+def github_slug(heading):
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images: their text
+    text = re.sub(r"<[^>]+>", "", text)                          # inline HTML
+    text = text.replace("`", "").replace("*", "")
+    text = unicodedata.normalize("NFC", text.strip().lower())
+    text = "".join(ch for ch in text if ch.isalnum() or ch in "-_ " or unicodedata.category(ch) == "Mn")
+    return text.replace(" ", "-")
+
+
+def anchors_of(root, path, cache):
+    if path not in cache:
+        names, seen, in_fence = set(), {}, None
+        for line in read_text(os.path.join(root, path)).split("\n"):
+            was_in_fence = in_fence
+            in_fence = fence_state(line, in_fence)
+            if was_in_fence is not None or in_fence is not None:
+                continue
+            m = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                slug = github_slug(m.group(1))
+                n = seen.get(slug, 0)
+                names.add(slug if n == 0 else f"{slug}-{n}")
+                seen[slug] = n + 1
+            for a in re.findall(r"<a\s+[^>]*(?:id|name)\s*=\s*\"([^\"]+)\"", line):
+                names.add(a)
+        cache[path] = names
+    return cache[path]
+
+
+def prose(text):
+    """The text with fenced code, inline code and HTML comments blanked out (line numbers kept)."""
+    lines, in_fence, out = text.split("\n"), None, []
+    for line in lines:
+        was = in_fence
+        in_fence = fence_state(line, in_fence)
+        out.append("" if was is not None or in_fence is not None else line)
+    text = "\n".join(out)
+    text = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"(`+)(?:(?!\1).)+?\1", lambda m: " " * len(m.group(0)), text)
+    return text
+
+
+LINK_RES = [
+    re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'][^)]*[\"'])?\s*\)"),
+    re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M),
+    re.compile(r"<(?:a|img)\s[^>]*(?:href|src)\s*=\s*\"([^\"]*)\"", re.I),
+]
+
+
+def links_of(text):
+    """[(line number, target)] of every link and image in the prose."""
+    body = prose(text)
+    found = []
+    for regex in LINK_RES:
+        for m in regex.finditer(body):
+            found.append((body.count("\n", 0, m.start(1)) + 1, m.group(1)))
+    return sorted(found)
+
+
+def check_links(root, doc, text, cache):
+    problems = []
+    for line, target in links_of(text):
+        if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("//"):
+            continue  # external (https:, mailto:), checked by nobody here
+        path_part, _, anchor = target.partition("#")
+        if path_part:
+            if path_part.startswith("/"):
+                problems.append(f"{doc}:{line}: link `{target}` is absolute; use a relative path")
+                continue
+            resolved = os.path.normpath(os.path.join(os.path.dirname(doc), path_part)).replace(os.sep, "/")
+            if resolved.startswith("../") or not os.path.exists(os.path.join(root, resolved)):
+                problems.append(f"{doc}:{line}: broken link `{target}` ({resolved} does not exist)")
+                continue
+        else:
+            resolved = doc
+        if anchor:
+            if resolved.endswith(".md") and os.path.isfile(os.path.join(root, resolved)):
+                if anchor not in anchors_of(root, resolved, cache):
+                    problems.append(f"{doc}:{line}: link `{target}`: no heading or <a id> makes "
+                                    f"#{anchor} in {resolved}")
+            elif not re.fullmatch(r"L\d+(-L\d+)?", anchor):
+                problems.append(f"{doc}:{line}: link `{target}`: only #L10 or #L10-L20 anchors work in a "
+                                f"non-Markdown file")
+    return problems
+
+
+def check_chapter_links(root, doc, text):
+    found = chapters(root)
+    m = CHAPTER_RE.match(os.path.basename(doc))
+    if not m or doc.count("/") != 1 or not doc.startswith("docs/"):
+        return []
+    n = int(m.group(1))
+    targets = set()
+    for _, target in links_of(text):
+        path_part = target.partition("#")[0]
+        if path_part:
+            targets.add(os.path.normpath(os.path.join("docs", path_part)).replace(os.sep, "/"))
+    problems = []
+    for other, word in ((n - 1, "previous"), (n + 1, "next")):
+        if other in found and found[other] not in targets:
+            problems.append(f"{doc}: does not link to the {word} chapter, {found[other]} "
+                            f"(add a <!-- nav --> block, or a link)")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------- main
+
+def untracked_sources(root, cited):
+    """Files that results/figure blocks cite and git does not track (a note, not an error: the check must also
+    pass in a tarball without .git, and before the lead commits a new results folder)."""
+    if not cited or not os.path.isdir(os.path.join(root, ".git")):
+        return []
+    try:
+        import subprocess
+        tracked = subprocess.run(["git", "-C", root, "ls-files", "--", *sorted(cited)], capture_output=True,
+                                 text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if tracked.returncode != 0:
+        return []
+    known = set(tracked.stdout.split())
+    return sorted(c for c in cited if c not in known)
+
+
+def doc_files(root):
+    files = []
+    docs = os.path.join(root, "docs")
+    for folder, subfolders, names in os.walk(docs):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d != "tools")
+        for name in sorted(names):
+            if name.endswith(".md"):
+                files.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    if os.path.isfile(os.path.join(root, "README.md")):
+        files.insert(0, "README.md")
+    return files
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Refresh the generated blocks (excerpts, results, figures, navigation) in docs/*.md and check "
+                    "links, anchors and chapter navigation.",
+        epilog="Block syntax: see the top of this file, or docs/README.md.")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale or broken")
+    parser.add_argument("--root", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                        "..", "..")),
+                        help="the repository root (default: two folders above this script)")
+    parser.add_argument("files", nargs="*", help="only these Markdown files (repository paths); default: all")
+    options = parser.parse_args(argv)
+    root = os.path.abspath(options.root)
+    files = options.files or doc_files(root)
+    files = [os.path.relpath(os.path.abspath(f), root).replace(os.sep, "/") if os.path.isabs(f) else f
+             for f in files]
+
+    problems, updated, total, cited = [], [], 0, set()
+    texts = {}
+    for doc in files:
+        full = os.path.join(root, doc)
+        if not os.path.isfile(full):
+            problems.append(f"{doc}: no such file")
+            continue
+        text = read_text(full)
+        new_text, blocks, errors = refresh(root, doc, text)
+        problems += errors
+        total += len(blocks)
+        for _, kind, args, _ in blocks:
+            if kind in ("results", "figure"):
+                try:
+                    path = parse_args(kind, args)[0]
+                except BlockError:
+                    continue
+                if path:
+                    cited.add(path)
+                    if kind == "figure":
+                        cited.add(os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/"))
+        changed = [b for b in blocks if b[3] != "ok"]
+        for line, kind, args, status in changed:
+            what = f"{kind}: {args}" if args else kind
+            if options.check:
+                reason = "was never generated" if status == "new" else "differs from what its source gives now"
+                problems.append(f"{doc}:{line}: stale block <!-- {what} --> {reason}")
+            else:
+                updated.append(f"{doc}:{line}: refreshed <!-- {what} -->")
+        if new_text != text and not options.check:
+            with open(full, "w", encoding="utf-8") as f:
+                f.write(new_text)
+            text = new_text
+        texts[doc] = text
+
+    cache = {}
+    for doc, text in texts.items():
+        problems += check_links(root, doc, text, cache)
+        problems += check_chapter_links(root, doc, text)
+    for path in untracked_sources(root, cited):
+        print(f"note: {path} is cited by the docs but not tracked by git yet: commit it with the docs",
+              file=sys.stderr)
+
+    for line in updated:
+        print(line)
+    if problems:
+        print(f"{len(problems)} problem(s) in the docs:", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        if options.check and any("stale block" in p for p in problems):
+            print("Stale blocks: run `python3 docs/tools/sync.py` and commit the result.", file=sys.stderr)
+        return 1
+    verb = "checked" if options.check else "in sync"
+    print(f"docs {verb}: {len(texts)} files, {total} generated blocks, all links and anchors resolve")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
