@@ -27,24 +27,6 @@ namespace {
 
 class Hostile : public ServerTest {
  protected:
-  // Descriptors of the idle server after a few clients were served and closed (see Faults::baseline_fds).
-  int baseline_fds() {
-    for (int i = 0; i < 8; ++i) {
-      Client c = connect();
-      if (!c.ok() || !c.send(request("GET", "/warm-up", "HTTP/1.1", "Connection: close\r\n"), deadline_in(kIoTimeout)) ||
-          !c.read_response(deadline_in(kIoTimeout))) {
-        ADD_FAILURE() << "warm-up client " << i << ": " << c.error();
-        return -1;
-      }
-      const auto end = c.wait_closed(deadline_in(kIoTimeout));
-      if (end != Client::Closed::eof && end != Client::Closed::reset) {
-        ADD_FAILURE() << "warm-up client " << i << " after Connection: close: " << Client::describe(end);
-        return -1;
-      }
-    }
-    return open_fd_count(server_->pid());
-  }
-
   void expect_fds_back_to(int baseline) {
     const int now = wait_fd_count_at_most(server_->pid(), baseline, deadline_in(kIoTimeout));
     EXPECT_LE(now, baseline) << "descriptors did not come back to the baseline of " << baseline << "; open now:\n"

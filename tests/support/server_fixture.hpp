@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/support/client.hpp"
+#include "tests/support/proc.hpp"
 #include "tests/support/server_process.hpp"
 
 #if !defined(PSP_SERVER_01) || !defined(PSP_SERVER_07)
@@ -156,6 +157,26 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
 
   Client connect(Client::Options options = {}) {
     return Client::connect_to(server_->port(), deadline_in(kIoTimeout), options);
+  }
+
+  // Descriptors of the idle server. Counted after a few warm-up clients have been served and closed by the server
+  // (we saw EOF), so that what a server opens after its listening line (a loop thread's epoll instance, say) or on
+  // its first connection is part of the baseline, and the warm-up connections are not.
+  int baseline_fds() {
+    for (int i = 0; i < 8; ++i) {
+      Client c = connect();
+      if (!c.ok() || !c.send(request("GET", "/warm-up", "HTTP/1.1", "Connection: close\r\n"), deadline_in(kIoTimeout)) ||
+          !c.read_response(deadline_in(kIoTimeout))) {
+        ADD_FAILURE() << "warm-up client " << i << ": " << c.error();
+        return -1;
+      }
+      const auto end = c.wait_closed(deadline_in(kIoTimeout));
+      if (end != Client::Closed::eof && end != Client::Closed::reset) {
+        ADD_FAILURE() << "warm-up client " << i << " after Connection: close: " << Client::describe(end);
+        return -1;
+      }
+    }
+    return open_fd_count(server_->pid());
   }
 
   // A new connection gets a full, correct 200 (and is closed by us afterwards).
