@@ -52,7 +52,8 @@ inline bool contains_ci(std::string_view haystack, std::string_view needle) {
   return lower(haystack).find(lower(needle)) != std::string::npos;
 }
 
-// Owns one file descriptor.
+// Owns one file descriptor. Deliberately not common/net.hpp's Fd: the harness shares no code with the servers it
+// judges, so a bug there cannot hide itself from the tests.
 class Fd {
  public:
   Fd() = default;
