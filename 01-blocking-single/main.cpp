@@ -4,11 +4,13 @@
 // While one client is being served (or is merely connected and silent), every other client waits in the kernel's
 // listen queue. With the 1 ms handler that caps the server near 1 / 1.1 ms = ~900 requests a second, whatever the
 // concurrency. Chapter 02 lifts that limit with a thread per connection.
+// With --root DIR it serves the files under DIR, each sent by sendfile() with no copy through user space.
 //
 // Needs:  Linux, g++ with C++17.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
 // Run:    ./run_server            (./run_server --help for the flags)
 // Try:    curl -i http://127.0.0.1:8080/
+#include <chrono>
 #include <string>
 
 #include "../common/handler.hpp"
@@ -16,29 +18,35 @@
 #include "../common/lifecycle.hpp"
 #include "../common/net.hpp"
 #include "../common/options.hpp"
+#include "../common/response.hpp"
 
 namespace {
 
 // [excerpt:serve-connection]
-// Serves one connection until the client closes it, an error occurs, or it stays silent for --idle-timeout
-// (SO_RCVTIMEO makes recv() give up). Everyone else waits meanwhile: that is the lesson of this chapter.
+// Serves one connection until the client closes it, an error occurs, or a request head takes longer than
+// --idle-timeout to arrive (the request deadline: before each recv(), SO_RCVTIMEO is set to the time left, so a
+// client that dribbles bytes is closed on time too). Everyone else waits meanwhile: that is the lesson of this chapter.
 void serve(Fd client, const Options& opts) {
-  set_io_timeouts(client.get(), opts.idle_timeout);
+  set_io_timeouts(client.get(), opts.idle_timeout);  // SO_SNDTIMEO: how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
+  auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
     http::Parse p = http::parse_request(in);
     if (p.status == http::Parse::kError) {
-      send_all(client.get(), http::error_response(p.error));
+      send_whole(client.get(), refuse(p.error));
       return;  // the Fd closes the connection
     }
     if (p.status == http::Parse::kIncomplete) {
-      if (stop_requested() || recv_into(client.get(), in) <= 0) return;  // EOF, error, idle timeout or stop
+      if (stop_requested() || !set_recv_deadline(client.get(), deadline) || recv_into(client.get(), in) <= 0)
+        return;  // stop, deadline passed, EOF, error
       continue;
     }
     InFlight counted;
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks the only thread we have
-    if (!send_all(client.get(), http::response(p.request)) || !p.request.keep_alive) return;
+    Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
+    if (!send_whole(client.get(), out) || !out.keep_alive) return;
     in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
+    deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
   }
 }
 // [/excerpt:serve-connection]

@@ -5,11 +5,13 @@
 // the rest. The price is one thread per connection, created and destroyed each time, with no upper bound:
 // 10,000 idle keep-alive clients are 10,000 sleeping threads, each with its own stack. Chapter 03 serves every
 // connection from a single thread with select() instead.
+// With --root DIR it serves the files under DIR, each sent by sendfile() with no copy through user space.
 //
 // Needs:  Linux, g++ with C++17.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
 // Run:    ./run_server            (./run_server --help for the flags)
 // Try:    curl -i http://127.0.0.1:8080/
+#include <chrono>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -19,30 +21,35 @@
 #include "../common/lifecycle.hpp"
 #include "../common/net.hpp"
 #include "../common/options.hpp"
+#include "../common/response.hpp"
 
 namespace {
 
 // [excerpt:serve-connection]
-// Serves one connection, in its own thread, until the client closes it, an error occurs, or it stays silent for
-// --idle-timeout (SO_RCVTIMEO makes recv() give up). Word for word chapter 01's loop: blocking here now stops only
-// this thread, and the other connections carry on in theirs.
+// Serves one connection, in its own thread, until the client closes it, an error occurs, or a request head takes
+// longer than --idle-timeout to arrive (the request deadline). Word for word chapter 01's loop: blocking here now
+// stops only this thread, and the other connections carry on in theirs.
 void serve(Fd client, const Options& opts) {
-  set_io_timeouts(client.get(), opts.idle_timeout);
+  set_io_timeouts(client.get(), opts.idle_timeout);  // SO_SNDTIMEO: how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
+  auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
     http::Parse p = http::parse_request(in);
     if (p.status == http::Parse::kError) {
-      send_all(client.get(), http::error_response(p.error));
+      send_whole(client.get(), refuse(p.error));
       return;  // the Fd closes the connection
     }
     if (p.status == http::Parse::kIncomplete) {
-      if (stop_requested() || recv_into(client.get(), in) <= 0) return;  // EOF, error, idle timeout or stop
+      if (stop_requested() || !set_recv_deadline(client.get(), deadline) || recv_into(client.get(), in) <= 0)
+        return;  // stop, deadline passed, EOF, error
       continue;
     }
     InFlight counted;
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks this connection's thread, and only it
-    if (!send_all(client.get(), http::response(p.request)) || !p.request.keep_alive) return;
+    Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
+    if (!send_whole(client.get(), out) || !out.keep_alive) return;
     in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
+    deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
   }
 }
 // [/excerpt:serve-connection]
@@ -68,7 +75,7 @@ int main(int argc, char** argv) {
       std::thread([fd, opts] { serve(Fd(fd), opts); }).detach();
     } catch (const std::system_error&) {
       Fd refused(fd);  // the thread never existed, so the connection is still ours to answer and close
-      send_all(refused.get(), http::error_response(503));
+      send_whole(refused.get(), refuse(503));
     }
   }
   // [/excerpt:accept-loop]

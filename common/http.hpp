@@ -14,7 +14,9 @@
 #include <array>
 #include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,8 @@ struct Request {
   bool head_only = false;   // HEAD: the same headers, no body
   bool keep_alive = false;  // the connection stays open after the response
   std::string target;       // the request target as sent ("/", "/index.html?x=1")
+  // The If-Modified-Since value as sent (the last one wins), empty when absent: only --root mode looks at it.
+  std::string if_modified_since;
 };
 
 struct Parse {
@@ -151,6 +155,7 @@ inline Parse parse_request(std::string_view data) {
 
   // The header fields, up to the empty line that ends the head.
   int hosts = 0;
+  std::string_view if_modified_since;
   bool has_length = false, has_chunked = false, close = false, keep_alive = false;
   long long length = 0;
   for (;;) {
@@ -177,6 +182,8 @@ inline Parse parse_request(std::string_view data) {
       length = n;
     } else if (iequals(name, "Transfer-Encoding")) {
       has_chunked = true;
+    } else if (iequals(name, "If-Modified-Since")) {
+      if_modified_since = value;  // checked only when a file is served (files.hpp parses it)
     } else if (iequals(name, "Connection")) {
       for_each_element(value, [&](std::string_view option) {
         if (iequals(option, "close")) close = true;
@@ -198,6 +205,7 @@ inline Parse parse_request(std::string_view data) {
   p.request.head_only = method == "HEAD";
   p.request.keep_alive = http11 ? !close : (keep_alive && !close);
   p.request.target = std::string(target);
+  p.request.if_modified_since = std::string(if_modified_since);
   return p;
 }
 
@@ -218,11 +226,16 @@ inline std::string_view http_date() {
 inline const char* reason_phrase(int status) {
   switch (status) {
     case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 505: return "HTTP Version Not Supported";
@@ -230,18 +243,32 @@ inline const char* reason_phrase(int status) {
   }
 }
 
-inline std::string status_and_headers(int status, std::size_t content_length, bool keep_alive) {
+// The status line and the header fields, each line ending in CRLF, without the empty line that ends the head (the
+// caller may add fields). `content_length`: std::nullopt for a response without one (a 304); `content_type`: empty
+// for none; `fields`: more header lines, each ending in CRLF ("Location: /dir/\r\n").
+inline std::string status_and_headers(int status, std::optional<std::uint64_t> content_length, bool keep_alive,
+                                      std::string_view content_type = "text/plain", std::string_view fields = {}) {
   std::string head;
-  head.reserve(200);
+  head.reserve(200 + fields.size());
   head += "HTTP/1.1 ";
   head += std::to_string(status);
   head += ' ';
   head += reason_phrase(status);
   head += "\r\nServer: psp\r\nDate: ";
   head += http_date();
-  head += "\r\nContent-Type: text/plain\r\nContent-Length: ";
-  head += std::to_string(content_length);
-  head += keep_alive ? "\r\nConnection: keep-alive\r\n" : "\r\nConnection: close\r\n";
+  head += "\r\n";
+  if (!content_type.empty()) {
+    head += "Content-Type: ";
+    head += content_type;
+    head += "\r\n";
+  }
+  if (content_length) {
+    head += "Content-Length: ";
+    head += std::to_string(*content_length);
+    head += "\r\n";
+  }
+  head += fields;
+  head += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   return head;
 }
 

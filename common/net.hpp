@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "options.hpp"
+#include "timers.hpp"
 
 // Owns one file descriptor and closes it exactly once.
 class Fd {
@@ -192,6 +194,17 @@ inline void set_io_timeouts(int fd, std::chrono::seconds timeout) {
   timeval tv{static_cast<time_t>(timeout.count()), 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// Blocking models: the request deadline. A connection has --idle-timeout seconds to deliver each request head,
+// counted from when the server starts waiting for it, however many bytes it sends on the way: a client that
+// dribbles a header a byte at a time (slowloris) is closed at the deadline all the same. So before each recv() the
+// server sets SO_RCVTIMEO to the time that remains. False when none remains: close the connection.
+inline bool set_recv_deadline(int fd, std::chrono::steady_clock::time_point deadline) {
+  auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return false;
+  timeval tv = to_timeval(left);  // rounded up to the microsecond: never {0, 0}, which would mean "wait forever"
+  return ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0;
 }
 
 // Blocking sockets: writes all of `data`, however many calls that takes. False on any error (the peer reset or

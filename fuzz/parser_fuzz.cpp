@@ -43,7 +43,7 @@ bool ends_with(std::string_view s, std::string_view end) {
 bool same(const Parse& a, const Parse& b) {
   return a.status == b.status && a.length == b.length && a.error == b.error &&
          a.request.head_only == b.request.head_only && a.request.keep_alive == b.request.keep_alive &&
-         a.request.target == b.request.target;
+         a.request.target == b.request.target && a.request.if_modified_since == b.request.if_modified_since;
 }
 
 // The bytes of the empty lines ("\n" or "\r\n") before the request line, which the parser skips (RFC 9112 2.2).

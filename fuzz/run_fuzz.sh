@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the request parser's fuzz target with clang (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer) in
-# build-fuzz/, then runs it through CTest for a fixed number of executions from the seed corpus. Any crash, sanitizer
-# report or broken promise fails the run. fuzz/README.md says how to run it longer and what to do with a crash.
+# Builds the fuzz targets with clang (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer) in build-fuzz/:
+# parser_fuzz (the request parser) and path_fuzz (the --root path rules). Then runs each through CTest for the same
+# fixed number of executions from its seed corpus. Any crash, sanitizer report or broken promise fails the run.
+# fuzz/README.md says how to run them longer and what to do with a crash.
 #
-#   ./fuzz/run_fuzz.sh            200,000 executions, what CI runs (about a minute on a 2-core machine)
+#   ./fuzz/run_fuzz.sh            200,000 executions of each, what CI runs (a minute or two on a 2-core machine)
 #   ./fuzz/run_fuzz.sh 2000000    ten times longer
 #
 # On a fresh Debian/Ubuntu machine it first installs the packages it needs when run as root; otherwise it prints
@@ -25,5 +26,5 @@ ensure_packages clang libclang-rt-dev cmake make pkg-config liburing-dev libboos
 build="build-fuzz"
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSP_FUZZ=ON \
   -DPSP_FUZZ_RUNS="$runs" >/dev/null
-cmake --build "$build" --target parser_fuzz -j"$(nproc)"
-ctest --test-dir "$build" -R '^parser_fuzz_run$' --output-on-failure
+cmake --build "$build" --target parser_fuzz path_fuzz -j"$(nproc)"
+ctest --test-dir "$build" -R '^(parser|path)_fuzz_run$' --output-on-failure

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include "common/handler.hpp"
@@ -55,8 +58,66 @@ TEST(Options, RefusesBadInputWithASentence) {
 
 TEST(Options, UsageListsTheFlags) {
   std::string u = usage(kLoop);
-  for (const char* flag : {"--host", "--port", "--threads", "--delay-us", "--handler", "--idle-timeout", "--backlog"})
+  for (const char* flag :
+       {"--host", "--port", "--threads", "--delay-us", "--handler", "--idle-timeout", "--backlog", "--root"})
     EXPECT_NE(u.find(flag), std::string::npos) << flag;
+}
+
+const Model kWithFlags{"06-io_uring", 2, nullptr, {{"--no-splice", nullptr, "send files with read and send"},
+                                                   {"--pipe-kib", "N", "the splice pipe's size in KiB"}}};
+
+TEST(Options, RootIsRecordedNotOpened) {
+  ParsedOptions r = parse({"--root", "/no/such/dir"});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.options.root, "/no/such/dir");
+  EXPECT_EQ(r.options.root_fd, -1);  // options_or_exit() opens it, so the parser needs no real directory
+  EXPECT_EQ(parse({}).options.root, "");
+  EXPECT_NE(parse({"--root"}).error, "");
+  EXPECT_NE(parse({"--root", ""}).error, "");
+}
+
+TEST(Options, ModelFlagsAreRecorded) {
+  ParsedOptions r = parse({"--pipe-kib", "64", "--no-splice", "--port", "0"}, kWithFlags);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.options.extra.size(), 2u);
+  EXPECT_EQ(r.options.extra["--no-splice"], "");  // a switch
+  EXPECT_EQ(r.options.extra["--pipe-kib"], "64");
+  EXPECT_EQ(r.options.port, 0);
+  EXPECT_TRUE(parse({}, kWithFlags).options.extra.empty());
+  EXPECT_NE(parse({"--pipe-kib"}, kWithFlags).error, "");   // a value is needed
+  EXPECT_NE(parse({"--no-splice"}, kLoop).error, "");       // another model's flag is unknown
+}
+
+TEST(Options, UsageListsRootAndTheModelFlags) {
+  std::string u = usage(kWithFlags);
+  for (const char* text : {"--root DIR", "[--no-splice]", "[--pipe-kib N]", "--no-splice         send files",
+                           "--pipe-kib N        the splice pipe's size"})
+    EXPECT_NE(u.find(text), std::string::npos) << text << "\n" << u;
+  EXPECT_EQ(usage(kLoop).find("--no-splice"), std::string::npos);
+}
+
+TEST(Options, UsageErrorExits2WithTheSentence) {
+  EXPECT_EXIT(usage_error(kWithFlags, "--pipe-kib takes a power of two"), ::testing::ExitedWithCode(2),
+              "error: --pipe-kib takes a power of two\n\nusage: ");
+}
+
+// The command line as main() gets it.
+Options run_options_or_exit(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return options_or_exit(static_cast<int>(argv.size()), argv.data(), kLoop);
+}
+
+TEST(Options, OptionsOrExitOpensTheRoot) {
+  Options o = run_options_or_exit({"run_server", "--root", "/tmp"});
+  EXPECT_GE(o.root_fd, 0);
+  EXPECT_TRUE(::fcntl(o.root_fd, F_GETFL) & O_PATH);
+  ::close(o.root_fd);
+  EXPECT_EQ(run_options_or_exit({"run_server"}).root_fd, -1);
+  EXPECT_EXIT(run_options_or_exit({"run_server", "--root", "/no/such/dir"}), ::testing::ExitedWithCode(2),
+              "error: --root: cannot open directory '/no/such/dir': No such file or directory");
+  EXPECT_EXIT(run_options_or_exit({"run_server", "--root", "/etc/hostname"}), ::testing::ExitedWithCode(2),
+              "cannot open directory '/etc/hostname': Not a directory");
 }
 
 TEST(Handler, TimerOnlyForTheWaitHandlerWithADelay) {

@@ -1,0 +1,293 @@
+// common/files.hpp: which file a request target names under --root, the same for all seven servers.
+//
+// lookup(root_fd, target) turns a request target into an open file, or into the status that refuses it. It does no
+// network I/O, so every I/O model shares it; how the file's bytes then reach the socket is each model's lesson
+// (response.hpp, and 06's splice). The rules, in order:
+//
+//   1. The target must start with '/' (origin-form). Anything else ('*', "http://host/x", "") is 400.
+//   2. The query, from the first '?', is ignored. ('#' never reaches a server; here it is an ordinary byte.)
+//   3. The path is split on '/' first, then each segment is percent-decoded. A bad escape ("%zz", "%4") is 400.
+//      A segment that decodes to a '/' ("%2f") or a NUL ("%00") is 400: no file name contains either. Decoding
+//      after splitting is what keeps "%2f" from becoming a separator, and so from smuggling in a "..".
+//   4. Empty segments ("//") and "." are dropped. A ".." in any spelling ("..", "%2e%2e", ".%2E") is 400, even one
+//      that would stay inside the root: clients remove dot-segments before sending (RFC 3986 5.2.4), so a ".." on
+//      the wire is a probe. nginx answers 400 too.
+//   5. The remaining segments, joined by '/', are opened relative to the root with openat2(RESOLVE_BENEATH): the
+//      kernel refuses any ".." or symbolic link that would resolve outside the root (EXDEV), which answers 404 like
+//      a missing file, so a probe learns nothing. Symbolic links that stay inside the root are followed. Where
+//      openat2 is missing (Linux < 5.6: ENOSYS) or blocked (a seccomp filter: EPERM), the path is walked one
+//      segment at a time with openat(O_NOFOLLOW) instead, which refuses every symbolic link (404).
+//   6. A path that ends in '/' (or in a "." segment: "/a/." is "/a/") is opened with its trailing slash, so a
+//      regular file followed by '/' fails with ENOTDIR: 404. ENOENT, ENOTDIR, ELOOP, EXDEV, ENAMETOOLONG: 404.
+//      EACCES, EPERM: 403. EMFILE, ENFILE (out of descriptors): 503. Anything else: 500.
+//   7. A directory without a trailing slash is 301 to the same path with one (so that relative links in its
+//      index.html resolve inside it). With one, or for "/", it serves its index.html, opened by the same rules
+//      from the root; no index.html, or one that is not a regular file, is 403.
+//   8. Anything else that is not a regular file (a FIFO, a socket, a device) is 403. Files are opened with
+//      O_NONBLOCK, so opening a FIFO with no writer does not block the server.
+//
+// A file's size and mtime are taken once, at open time: the response promises that Content-Length, and a file
+// that changes meanwhile is the sender's problem (response.hpp: a shrunk file closes the connection).
+#pragma once
+
+#include <fcntl.h>
+#include <linux/openat2.h>  // struct open_how, RESOLVE_*: glibc 2.36 has no openat2() wrapper, so we call syscall()
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "http.hpp"
+#include "net.hpp"
+
+namespace files {
+
+// Rules 1 to 4: the path a target names, relative to the root, or the status that refuses it.
+struct Normalized {
+  int status = 400;             // 200: `rel` is the path; 400: refused
+  std::string rel;              // "docs/a b.txt": decoded segments joined by '/'; "" is the root itself
+  bool trailing_slash = false;  // the path ended in '/' (or "."): it must name a directory
+};
+
+// What lookup() found.
+struct Lookup {
+  int status = 500;               // 200, 301, 400, 403, 404, 500 or 503
+  Fd file;                        // 200: the open regular file (read-only, O_NONBLOCK)
+  off_t size = 0;                 // 200: its size when it was opened: the Content-Length
+  std::time_t mtime = 0;          // 200: its modification time (seconds): Last-Modified
+  std::string_view content_type;  // 200: from the file name's extension
+  std::string location;           // 301: where the directory is, with its trailing slash
+};
+
+namespace detail {
+
+inline int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes one segment into `out`. False on a bad escape, or on a decoded '/' or NUL (rule 3).
+inline bool decode_segment(std::string_view segment, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < segment.size(); ++i) {
+    char c = segment[i];
+    if (c == '%') {
+      if (i + 2 >= segment.size()) return false;  // fewer than two characters after the '%'
+      int hi = hex_value(segment[i + 1]), lo = hex_value(segment[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    if (c == '/' || c == '\0') return false;
+    out += c;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+// Rules 1 to 4, without touching the file system: what the unit tests and the fuzzer check.
+inline Normalized normalize(std::string_view target) {
+  const Normalized refused;  // status 400, no path
+  if (target.empty() || target.front() != '/') return refused;  // rule 1
+  std::string_view path = target.substr(0, target.find('?'));  // rule 2
+  // The parser has already refused whitespace and control bytes in a target; refuse them here too, so that this
+  // function keeps its promises (no NUL in `rel`) whoever calls it.
+  for (unsigned char c : path)
+    if (c <= ' ' || c == 0x7f) return refused;
+  Normalized n;
+  std::string segment;
+  for (std::size_t start = 1;;) {  // start: just after a '/'
+    std::size_t slash = path.find('/', start);
+    bool last = slash == std::string_view::npos;
+    std::string_view raw = path.substr(start, last ? path.npos : slash - start);
+    if (!detail::decode_segment(raw, segment)) return refused;  // rule 3
+    if (segment == "..") return refused;                        // rule 4
+    if (!segment.empty() && segment != ".") {
+      if (!n.rel.empty()) n.rel += '/';
+      n.rel += segment;
+    }
+    if (last) {
+      n.trailing_slash = segment.empty() || segment == ".";
+      break;
+    }
+    start = slash + 1;
+  }
+  n.status = 200;
+  return n;
+}
+
+// The Content-Type for a file name, from its extension (case-insensitive). Text types say they are UTF-8.
+inline std::string_view content_type(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kTypes[] = {
+      {"html", "text/html; charset=utf-8"},  {"htm", "text/html; charset=utf-8"},
+      {"css", "text/css; charset=utf-8"},    {"js", "text/javascript; charset=utf-8"},
+      {"mjs", "text/javascript; charset=utf-8"}, {"json", "application/json"},
+      {"txt", "text/plain; charset=utf-8"},  {"md", "text/markdown; charset=utf-8"},
+      {"csv", "text/csv; charset=utf-8"},    {"xml", "text/xml; charset=utf-8"},
+      {"svg", "image/svg+xml"},              {"png", "image/png"},
+      {"jpg", "image/jpeg"},                 {"jpeg", "image/jpeg"},
+      {"gif", "image/gif"},                  {"ico", "image/x-icon"},
+      {"webp", "image/webp"},                {"avif", "image/avif"},
+      {"bmp", "image/bmp"},                  {"wasm", "application/wasm"},
+      {"pdf", "application/pdf"},            {"swf", "application/x-shockwave-flash"},
+      {"zip", "application/zip"},            {"gz", "application/gzip"},
+      {"tar", "application/x-tar"},          {"mp3", "audio/mpeg"},
+      {"mp4", "video/mp4"},                  {"webm", "video/webm"},
+      {"ogg", "audio/ogg"},                  {"woff", "font/woff"},
+      {"woff2", "font/woff2"},               {"ttf", "font/ttf"},
+      {"otf", "font/otf"},
+  };
+  std::size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  std::size_t dot = name.rfind('.');
+  if (dot != std::string_view::npos) {
+    std::string_view ext = name.substr(dot + 1);
+    for (const auto& [known, type] : kTypes)
+      if (::http::detail::iequals(ext, known)) return type;
+  }
+  return "application/octet-stream";
+}
+
+// IMF-fixdate (RFC 9110 5.6.7), the one date format a server sends: "Sun, 06 Nov 1994 08:49:37 GMT".
+// Written by hand rather than with strftime(), whose day and month names follow the locale.
+inline std::string format_http_date(std::time_t t) {
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  std::tm tm{};
+  if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) return "";
+  char text[32];
+  std::snprintf(text, sizeof text, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday], tm.tm_mday,
+                kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return text;
+}
+
+// An If-Modified-Since value, parsed strictly as IMF-fixdate; std::nullopt for anything else. RFC 9110 13.1.3 says
+// to ignore a value that is not a valid date, which is safe: the client then gets the whole file. Strict means
+// exactly what format_http_date() would write back (so a wrong weekday or "Feb 30" is not a date).
+inline std::optional<std::time_t> parse_http_date(std::string_view text) {
+  if (text.size() != 29) return std::nullopt;  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  std::string s(text);
+  std::tm tm{};
+  const char* end = ::strptime(s.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (!end || *end != '\0') return std::nullopt;
+  std::time_t t = ::timegm(&tm);
+  if (format_http_date(t) != s) return std::nullopt;
+  return t;
+}
+
+namespace detail {
+
+// Rule 6: what an errno from opening says to the client.
+inline int status_for_errno(int err) {
+  switch (err) {
+    case ENOENT: case ENOTDIR: case ELOOP: case EXDEV: case ENAMETOOLONG: return 404;
+    case EACCES: case EPERM: return 403;
+    case EMFILE: case ENFILE: return 503;
+    default: return 500;
+  }
+}
+
+constexpr int kOpenFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+
+// Rule 5, the fallback: walks `rel` one segment at a time, refusing every symbolic link (O_NOFOLLOW), so nothing
+// can lead outside the root (normalize() has already refused ".."). Returns an fd, or -1 with errno set.
+inline int open_walking(int root_fd, const std::string& rel, bool trailing_slash) {
+  if (rel.empty()) return ::openat(root_fd, ".", kOpenFlags | O_DIRECTORY);
+  Fd dir;  // the directory reached so far; invalid: the root
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t slash = rel.find('/', start);
+    std::string segment = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    int at = dir.valid() ? dir.get() : root_fd;
+    if (slash == std::string::npos)  // the last one: a directory if the path ended in '/'
+      return ::openat(at, segment.c_str(), kOpenFlags | O_NOFOLLOW | (trailing_slash ? O_DIRECTORY : 0));
+    int next = ::openat(at, segment.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return -1;
+    dir.reset(next);
+    start = slash + 1;
+  }
+}
+
+// Whether this kernel lets us call openat2; asked once per process.
+inline bool have_openat2() {
+  static const bool have = [] {
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+    if (fd >= 0) ::close(static_cast<int>(fd));
+    return fd >= 0 || (errno != ENOSYS && errno != EPERM);
+  }();
+  return have;
+}
+
+// Rule 5: opens `rel` (a directory when trailing_slash) beneath the root. Returns an fd, or -1 with errno set.
+inline int open_beneath(int root_fd, const std::string& rel, bool trailing_slash) {
+  if (!have_openat2()) return open_walking(root_fd, rel, trailing_slash);
+  // The trailing slash goes to the kernel with the path: "file/" then fails with ENOTDIR.
+  std::string path = rel.empty() ? "." : trailing_slash ? rel + "/" : rel;
+  open_how how{};
+  how.flags = kOpenFlags;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  for (;;) {
+    long fd = ::syscall(SYS_openat2, root_fd, path.c_str(), &how, sizeof how);
+    if (fd >= 0 || errno != EINTR) return static_cast<int>(fd);
+  }
+}
+
+}  // namespace detail
+
+// Rules 1 to 8: the file a request target names under the directory `root_fd`, or the status that refuses it.
+inline Lookup lookup(int root_fd, std::string_view target) {
+  Lookup r;
+  Normalized n = normalize(target);
+  if (n.status != 200) {
+    r.status = n.status;
+    return r;
+  }
+  Fd fd(detail::open_beneath(root_fd, n.rel, n.trailing_slash));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    r.status = detail::status_for_errno(errno);
+    return r;
+  }
+  std::string name = n.rel;  // what the Content-Type comes from
+  if (S_ISDIR(st.st_mode)) {  // rule 7
+    if (!n.trailing_slash) {
+      r.status = 301;
+      r.location = std::string(target.substr(0, target.find('?'))) + "/";
+      return r;
+    }
+    name = n.rel.empty() ? "index.html" : n.rel + "/index.html";
+    Fd index(detail::open_beneath(root_fd, name, false));
+    if (!index.valid() || ::fstat(index.get(), &st) != 0) {
+      int status = detail::status_for_errno(errno);
+      r.status = status == 404 ? 403 : status;  // no index.html: the directory cannot be listed
+      return r;
+    }
+    fd = std::move(index);  // closes the directory
+  }
+  if (!S_ISREG(st.st_mode)) {  // rule 8 (and an index.html that is not a regular file)
+    r.status = 403;
+    return r;
+  }
+  r.status = 200;
+  r.file = std::move(fd);
+  r.size = st.st_size;
+  r.mtime = st.st_mtime;
+  r.content_type = content_type(name);
+  return r;
+}
+
+}  // namespace files

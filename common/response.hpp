@@ -1,0 +1,156 @@
+// common/response.hpp: what every server sends, and the two ways to send it.
+//
+//   respond(opts, request)   the answer to a well-formed request: the fixed 1 KB body, or with --root the file
+//                            (or 301, 304, 403, 404, 500, 503...), as an Outgoing
+//   refuse(status)           the answer to a request the parser refused (or a 503 at accept): closes after it
+//   send_whole(sock, out)    blocking sockets (01, 02, 04): all of it, or false
+//   send_some(sock, out)     non-blocking sockets (03, 05, 07): what the socket takes now
+//
+// A file is never read into memory: sendfile() moves its bytes from the page cache to the socket inside the kernel,
+// with no copy into user space, and the socket's send buffer is the only buffer, so a slow reader gets backpressure
+// (the sender waits, or waits for writability) rather than a growing queue. 06 sends the same Outgoing its own way
+// (the head with IORING_OP_SEND, the file with splice through a pipe).
+//
+// sendfile() has no MSG_NOSIGNAL: writing to a connection the peer has closed raises SIGPIPE, which would kill the
+// process. start_process() ignores SIGPIPE for that reason (the sends of the head pass MSG_NOSIGNAL too).
+#pragma once
+
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "files.hpp"
+#include "http.hpp"
+#include "net.hpp"
+#include "options.hpp"
+
+// A response on its way out: `head` (status line, headers, and any in-memory body, e.g. the fixed 1 KB or an
+// error text), then `left` bytes of `file` starting at `offset`. The fixed workload has no file.
+struct Outgoing {
+  std::string head;
+  std::size_t head_sent = 0;
+  Fd file;                  // invalid when everything is in head
+  off_t offset = 0;         // the next byte of `file` to send
+  off_t left = 0;           // bytes of `file` still to send
+  bool keep_alive = false;  // false: close the connection once it is sent
+  bool done() const { return head_sent == head.size() && left == 0; }
+};
+
+namespace detail {
+
+// A status from files::lookup() other than 200, with a short text body. The framing is sound (the request was
+// well-formed), so the connection stays open if the client asked for that; 503 (out of descriptors) closes it,
+// to free one.
+inline Outgoing file_error(int status, const http::Request& request, const std::string& location) {
+  Outgoing out;
+  out.keep_alive = request.keep_alive && status != 503;
+  std::string body = std::to_string(status) + ' ' + http::reason_phrase(status) + '\n';
+  std::string fields = location.empty() ? std::string() : "Location: " + location + "\r\n";
+  out.head = http::status_and_headers(status, body.size(), out.keep_alive, "text/plain", fields) + "\r\n";
+  if (!request.head_only) out.head += body;
+  return out;
+}
+
+// sendfile() moves at most 0x7ffff000 bytes per call (about 2 GiB); a file past 4 GiB takes several calls.
+constexpr off_t kSendfileMax = 0x7ffff000;
+
+}  // namespace detail
+
+// The answer to a well-formed request: the fixed 1 KB body without --root, else the file (or 301/304/403/404...).
+// Called when the simulated handler's wait is over. HEAD: the same headers, no body and no file.
+inline Outgoing respond(const Options& opts, const http::Request& request) {
+  Outgoing out;
+  out.keep_alive = request.keep_alive;
+  if (opts.root_fd < 0) {
+    out.head = http::response(request);
+    return out;
+  }
+  files::Lookup found = files::lookup(opts.root_fd, request.target);
+  if (found.status != 200) return detail::file_error(found.status, request, found.location);
+  std::string last_modified = "Last-Modified: " + files::format_http_date(found.mtime) + "\r\n";
+  // RFC 9110 13.1.3: not modified since the date the client has (a date it cannot parse is ignored): 304, and
+  // no body. The client keeps using its copy.
+  if (auto since = files::parse_http_date(request.if_modified_since); since && found.mtime <= *since) {
+    out.head = http::status_and_headers(304, std::nullopt, out.keep_alive, "", last_modified) + "\r\n";
+    return out;
+  }
+  out.head = http::status_and_headers(200, static_cast<std::uint64_t>(found.size), out.keep_alive,
+                                      found.content_type, last_modified) + "\r\n";
+  if (!request.head_only && found.size > 0) {
+    out.file = std::move(found.file);
+    out.left = found.size;  // the size we promised in Content-Length, even if the file grows meanwhile
+  }
+  return out;
+}
+
+// A refused request (http::Parse::kError, or a 503 at accept): error text, keep_alive = false.
+inline Outgoing refuse(int status) {
+  Outgoing out;
+  out.head = http::error_response(status);
+  return out;
+}
+
+// Blocking sockets (01, 02, 04): the head with send(), then sendfile() until `left` is 0. False on an error, a
+// timeout (SO_SNDTIMEO: the reader took nothing for that long), or a file that shrank (sendfile() returns 0 before
+// `left` is 0: the promised Content-Length cannot be kept, so the caller must close the connection).
+inline bool send_whole(int sock, Outgoing& out) {
+  while (out.head_sent < out.head.size()) {
+    // MSG_MORE when a file follows: the head waits to share a packet with the file's first bytes.
+    int more = out.left > 0 ? MSG_MORE : 0;
+    ssize_t n = ::send(sock, out.head.data() + out.head_sent, out.head.size() - out.head_sent, MSG_NOSIGNAL | more);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    out.head_sent += static_cast<std::size_t>(n);
+  }
+  while (out.left > 0) {
+    auto count = static_cast<std::size_t>(std::min(out.left, detail::kSendfileMax));
+    ssize_t n = ::sendfile(sock, out.file.get(), &out.offset, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;  // 0: the file ended early (it shrank); <0: reset, timeout...
+    out.left -= n;
+  }
+  out.file.reset();
+  return true;
+}
+
+// The same, for a response built only to be sent: send_whole(fd, refuse(503)).
+inline bool send_whole(int sock, Outgoing&& out) { return send_whole(sock, out); }
+
+// Non-blocking sockets (03, 05, 07): send what the socket takes now: the rest of head (send with MSG_NOSIGNAL), then
+// sendfile() with the saved offset. kDone: all sent. kBlocked: wait for writability and call again. kFailed: close.
+enum class SendProgress { kDone, kBlocked, kFailed };
+
+inline SendProgress send_some(int sock, Outgoing& out) {
+  while (out.head_sent < out.head.size()) {
+    int more = out.left > 0 ? MSG_MORE : 0;
+    ssize_t n = ::send(sock, out.head.data() + out.head_sent, out.head.size() - out.head_sent, MSG_NOSIGNAL | more);
+    if (n > 0) {
+      out.head_sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? SendProgress::kBlocked : SendProgress::kFailed;
+    }
+  }
+  while (out.left > 0) {
+    // The kernel advances out.offset by what it sent, so the next call goes on from there.
+    auto count = static_cast<std::size_t>(std::min(out.left, detail::kSendfileMax));
+    ssize_t n = ::sendfile(sock, out.file.get(), &out.offset, count);
+    if (n > 0) {
+      out.left -= n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {  // 0: the file shrank: Content-Length cannot be kept
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? SendProgress::kBlocked : SendProgress::kFailed;
+    }
+  }
+  out.file.reset();  // all sent: the file's descriptor is not needed any more
+  return SendProgress::kDone;
+}

@@ -1,0 +1,304 @@
+// Unit tests of common/files.hpp: the path rules, the lookup under a real temporary root, types and dates.
+#include "common/files.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using files::normalize;
+
+struct Case {
+  std::string target;
+  std::string rel;
+  bool trailing_slash;
+};
+
+TEST(Normalize, KeepsWhatStaysInsideTheRoot) {
+  const std::vector<Case> ok = {
+      {"/", "", true},
+      {"/a.txt", "a.txt", false},
+      {"/a/b/c.css", "a/b/c.css", false},
+      {"/dir/", "dir", true},
+      {"//etc/passwd", "etc/passwd", false},  // empty segments are dropped: it stays under the root
+      {"/a//b///c", "a/b/c", false},
+      {"/./a/./b", "a/b", false},
+      {"/a/.", "a", true},    // "/a/." is "/a/" (RFC 3986 5.2.4)
+      {"/a/%2e", "a", true},  // "." in any spelling
+      {"/%2E/a", "a", false},
+      {"/a%20b.txt", "a b.txt", false},
+      {"/a.txt?x=1", "a.txt", false},
+      {"/a.txt?x=/../../etc/passwd", "a.txt", false},  // the query is not part of the path
+      {"/dir/?x", "dir", true},
+      {"/a%3fb", "a?b", false},
+      {"/%7Euser/%41", "~user/A", false},
+      {"/a#frag", "a#frag", false},  // '#' never reaches a server: an ordinary byte here
+      {"/...", "...", false},        // not a dot-segment: an ordinary name
+      {"/..a/b..", "..a/b..", false},
+      {"/a+b", "a+b", false},  // '+' is not a space in a path
+  };
+  for (const Case& c : ok) {
+    files::Normalized n = normalize(c.target);
+    EXPECT_EQ(n.status, 200) << c.target;
+    EXPECT_EQ(n.rel, c.rel) << c.target;
+    EXPECT_EQ(n.trailing_slash, c.trailing_slash) << c.target;
+  }
+}
+
+TEST(Normalize, RefusesEveryOtherSpelling) {
+  const std::vector<std::string> bad = {
+      "",
+      "*",                      // asterisk-form
+      "http://h/a.txt",         // absolute-form
+      "a.txt",                  // no leading '/'
+      "/..",                    // ".." in any spelling, anywhere
+      "/../etc/passwd",
+      "/a/../b",                // even one that would stay inside the root
+      "/a/..",
+      "/a/../",
+      "/%2e%2e/etc/passwd",
+      "/%2E%2E/etc/passwd",
+      "/%2E./etc/passwd",
+      "/.%2e/etc/passwd",
+      "/.%2E",
+      "/a/%2e%2e?x",
+      "/%2f",                   // a '/' inside a segment
+      "/%2Fetc%2Fpasswd",
+      "/..%2fetc",
+      "/a%2F..%2F..%2Fetc",
+      "/%00",                   // a NUL inside a segment
+      "/a.txt%00.png",
+      "/%zz",                   // bad escapes
+      "/%4",
+      "/%",
+      "/a%",
+      "/a%g0",
+      "/a%0g",
+      "/a b",                   // raw whitespace and control bytes (the parser refuses them first)
+      std::string("/a\0b", 4),
+      "/a\tb",
+      "/a\x7f",
+  };
+  for (const std::string& t : bad) {
+    files::Normalized n = normalize(t);
+    EXPECT_EQ(n.status, 400) << t;
+    EXPECT_EQ(n.rel, "") << t;
+  }
+}
+
+// A temporary root, and a file just outside it that no request may ever reach:
+//
+//   <tmp>/outside.txt          "SECRET"
+//   <tmp>/root/a.txt           "hello"
+//   <tmp>/root/a b.txt, UPPER.PNG, dir/index.html, dir/sub/ (no index), noindex/, indexdir/index.html/ (a dir)
+//   <tmp>/root/link-in -> a.txt, link-dir -> dir, link-out -> ../outside.txt, link-abs -> <tmp>/outside.txt,
+//   link-up -> .., fifo, secret.txt (mode 000)
+class Root : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/psp-files-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    top_ = tmpl;
+    root_ = top_ + "/root";
+    write(top_ + "/outside.txt", "SECRET");
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    for (const char* d : {"dir", "dir/sub", "noindex", "indexdir", "indexdir/index.html"})
+      ASSERT_EQ(::mkdir((root_ + "/" + d).c_str(), 0755), 0);
+    write(root_ + "/a.txt", "hello");
+    write(root_ + "/a b.txt", "spaced");
+    write(root_ + "/UPPER.PNG", "png");
+    write(root_ + "/dir/index.html", "<h1>dir</h1>");
+    write(root_ + "/secret.txt", "no");
+    ASSERT_EQ(::chmod((root_ + "/secret.txt").c_str(), 0), 0);
+    ASSERT_EQ(::symlink("a.txt", (root_ + "/link-in").c_str()), 0);
+    ASSERT_EQ(::symlink("dir", (root_ + "/link-dir").c_str()), 0);
+    ASSERT_EQ(::symlink("../outside.txt", (root_ + "/link-out").c_str()), 0);
+    ASSERT_EQ(::symlink((top_ + "/outside.txt").c_str(), (root_ + "/link-abs").c_str()), 0);
+    ASSERT_EQ(::symlink("..", (root_ + "/link-up").c_str()), 0);
+    ASSERT_EQ(::mkfifo((root_ + "/fifo").c_str(), 0644), 0);
+    root_fd_.reset(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(root_fd_.valid());
+  }
+  void TearDown() override { std::system(("rm -rf '" + top_ + "'").c_str()); }
+
+  static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+  files::Lookup lookup(const std::string& target) { return files::lookup(root_fd_.get(), target); }
+
+  // The bytes of an open file, from the start.
+  static std::string contents(const Fd& fd) {
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    for (off_t at = 0; (n = ::pread(fd.get(), buf, sizeof buf, at)) > 0; at += n) s.append(buf, n);
+    return s;
+  }
+
+  std::string top_, root_;
+  Fd root_fd_;
+};
+
+TEST_F(Root, ServesARegularFile) {
+  files::Lookup r = lookup("/a.txt");
+  ASSERT_EQ(r.status, 200);
+  ASSERT_TRUE(r.file.valid());
+  EXPECT_EQ(r.size, 5);
+  EXPECT_EQ(contents(r.file), "hello");
+  EXPECT_EQ(r.content_type, "text/plain; charset=utf-8");
+  struct stat st {};
+  ASSERT_EQ(::stat((root_ + "/a.txt").c_str(), &st), 0);
+  EXPECT_EQ(r.mtime, st.st_mtime);
+  EXPECT_TRUE(::fcntl(r.file.get(), F_GETFD) & FD_CLOEXEC);
+
+  EXPECT_EQ(lookup("/a%20b.txt").status, 200);
+  EXPECT_EQ(lookup("/a.txt?v=2").status, 200);
+  EXPECT_EQ(lookup("//a.txt").status, 200);
+  EXPECT_EQ(lookup("/UPPER.PNG").content_type, "image/png");
+}
+
+TEST_F(Root, DirectoriesServeTheirIndexOrRedirectOrRefuse) {
+  files::Lookup r = lookup("/dir");
+  EXPECT_EQ(r.status, 301);
+  EXPECT_EQ(r.location, "/dir/");
+  EXPECT_FALSE(r.file.valid());
+  EXPECT_EQ(lookup("/dir?x=1").location, "/dir/");
+  EXPECT_EQ(lookup("/dir/sub").location, "/dir/sub/");
+
+  r = lookup("/dir/");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(contents(r.file), "<h1>dir</h1>");
+  EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(lookup("/dir/.").status, 200);
+  EXPECT_EQ(lookup("/dir/index.html").status, 200);
+
+  EXPECT_EQ(lookup("/").status, 403);  // the root has no index.html
+  EXPECT_EQ(lookup("/noindex/").status, 403);
+  EXPECT_EQ(lookup("/dir/sub/").status, 403);
+  EXPECT_EQ(lookup("/indexdir/").status, 403);  // its index.html is a directory
+
+  write(root_ + "/index.html", "home");
+  r = lookup("/");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(contents(r.file), "home");
+}
+
+TEST_F(Root, MissingThingsAre404) {
+  EXPECT_EQ(lookup("/missing").status, 404);
+  EXPECT_EQ(lookup("/missing/").status, 404);
+  EXPECT_EQ(lookup("/missing/a.txt").status, 404);
+  EXPECT_EQ(lookup("/a.txt/").status, 404);  // a file followed by a slash
+  EXPECT_EQ(lookup("/a.txt/x").status, 404);
+  EXPECT_EQ(lookup("/" + std::string(5000, 'a')).status, 404);  // ENAMETOOLONG
+  EXPECT_EQ(lookup("/outside.txt").status, 404);
+}
+
+TEST_F(Root, SymbolicLinksInsideAreFollowedAndOutsideAre404) {
+  files::Lookup r = lookup("/link-in");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(contents(r.file), "hello");
+  EXPECT_EQ(lookup("/link-dir/").status, 200);
+  EXPECT_EQ(lookup("/link-dir").status, 301);
+  for (const char* escape : {"/link-out", "/link-abs", "/link-up/outside.txt", "/link-up/", "/link-up/root/a.txt"})
+    EXPECT_EQ(lookup(escape).status, 404) << escape;
+}
+
+TEST_F(Root, TraversalNeverReachesTheFileOutside) {
+  for (const char* t : {"/../outside.txt", "/%2e%2e/outside.txt", "/.%2E/outside.txt", "/%2E./outside.txt",
+                        "/..%2foutside.txt", "/dir/../../outside.txt", "//../outside.txt", "/%2e%2e%2foutside.txt",
+                        "/link-up/outside.txt", "/link-out", "/link-abs", "http://h/../outside.txt"}) {
+    files::Lookup r = lookup(t);
+    EXPECT_NE(r.status, 200) << t;
+    EXPECT_FALSE(r.file.valid()) << t;
+  }
+}
+
+TEST_F(Root, AFifoIs403AndOpeningItDoesNotBlock) {
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(lookup("/fifo").status, 403);  // no writer: a blocking open would wait here forever
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_F(Root, AnUnreadableFileIs403) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files whatever their mode";
+  EXPECT_EQ(lookup("/secret.txt").status, 403);
+}
+
+// The fallback for kernels without openat2 refuses every symbolic link, and still finds everything else.
+TEST_F(Root, TheWalkingFallbackRefusesAllSymbolicLinks) {
+  auto open_walking = [&](const std::string& rel, bool slash) {
+    errno = 0;
+    Fd fd(files::detail::open_walking(root_fd_.get(), rel, slash));
+    return fd.valid() ? 200 : files::detail::status_for_errno(errno);
+  };
+  EXPECT_EQ(open_walking("a.txt", false), 200);
+  EXPECT_EQ(open_walking("a b.txt", false), 200);
+  EXPECT_EQ(open_walking("dir", true), 200);
+  EXPECT_EQ(open_walking("dir/index.html", false), 200);
+  EXPECT_EQ(open_walking("", true), 200);
+  EXPECT_EQ(open_walking("a.txt", true), 404);
+  EXPECT_EQ(open_walking("missing", false), 404);
+  for (const char* link : {"link-in", "link-out", "link-abs"}) EXPECT_EQ(open_walking(link, false), 404) << link;
+  EXPECT_EQ(open_walking("link-dir", true), 404);
+  EXPECT_EQ(open_walking("link-dir/index.html", false), 404);
+  EXPECT_EQ(open_walking("link-up/outside.txt", false), 404);
+}
+
+TEST(Files, ErrnoToStatus) {
+  using files::detail::status_for_errno;
+  for (int e : {ENOENT, ENOTDIR, ELOOP, EXDEV, ENAMETOOLONG}) EXPECT_EQ(status_for_errno(e), 404) << e;
+  for (int e : {EACCES, EPERM}) EXPECT_EQ(status_for_errno(e), 403) << e;
+  for (int e : {EMFILE, ENFILE}) EXPECT_EQ(status_for_errno(e), 503) << e;
+  EXPECT_EQ(status_for_errno(EIO), 500);
+}
+
+TEST(Files, ContentTypeFromTheExtension) {
+  using files::content_type;
+  EXPECT_EQ(content_type("index.html"), "text/html; charset=utf-8");
+  EXPECT_EQ(content_type("INDEX.HTM"), "text/html; charset=utf-8");
+  EXPECT_EQ(content_type("a/b/style.css"), "text/css; charset=utf-8");
+  EXPECT_EQ(content_type("app.js"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(content_type("m.mjs"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(content_type("d.json"), "application/json");
+  EXPECT_EQ(content_type("p.JPG"), "image/jpeg");
+  EXPECT_EQ(content_type("p.jpeg"), "image/jpeg");
+  EXPECT_EQ(content_type("i.svg"), "image/svg+xml");
+  EXPECT_EQ(content_type("m.wasm"), "application/wasm");
+  EXPECT_EQ(content_type("f.woff2"), "font/woff2");
+  EXPECT_EQ(content_type("x.tar.gz"), "application/gzip");
+  EXPECT_EQ(content_type("doc.pdf"), "application/pdf");
+  EXPECT_EQ(content_type("movie.swf"), "application/x-shockwave-flash");
+  for (const char* other : {"README", "x.", ".bashrc", "dir.d/file", "a.exe", "a.html.bak", ""})
+    EXPECT_EQ(content_type(other), "application/octet-stream") << other;
+}
+
+TEST(Files, HttpDatesRoundTrip) {
+  EXPECT_EQ(files::format_http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+  EXPECT_EQ(files::format_http_date(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");  // RFC 9110's example
+  EXPECT_EQ(files::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), std::time_t(784111777));
+  const std::time_t now = std::time(nullptr);
+  for (std::time_t t : {std::time_t(0), std::time_t(951782400) /* 29 Feb 2000 */, std::time_t(2147483648),
+                        std::time_t(4102444799), now}) {
+    std::string text = files::format_http_date(t);
+    EXPECT_EQ(files::parse_http_date(text), t) << text;
+  }
+}
+
+TEST(Files, OnlyAnImfFixdateParses) {
+  for (const char* bad : {"", "yesterday", "Sunday, 06-Nov-94 08:49:37 GMT",  // RFC 850 form
+                          "Sun Nov  6 08:49:37 1994",                           // asctime form
+                          "Mon, 06 Nov 1994 08:49:37 GMT",                      // the wrong weekday
+                          "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 6 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 25:49:37 GMT", "Tue, 31 Feb 2026 00:00:00 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 GMT ", " Sun, 06 Nov 1994 08:49:37 GMT",
+                          "sun, 06 nov 1994 08:49:37 GMT"})
+    EXPECT_FALSE(files::parse_http_date(bad).has_value()) << bad;
+}
+
+}  // namespace
