@@ -3,6 +3,8 @@
 #
 #   ./benchmark/benchmark.sh              the default run: 01..07 and nginx, `ab -n 10000 -c C`, C = 1 10 100 500
 #   ./benchmark/benchmark.sh 05 06 -k     only 05 and 06 (and nginx), with keep-alive
+#   ./benchmark/benchmark.sh --mode files a 100 KiB and a 1 MiB file through wrk, 100 and 1000 connections
+#   ./benchmark/benchmark.sh 06 06:--sqpoll=50   a server and a variant of it (extra flags) side by side
 #   ./benchmark/benchmark.sh --help       every option
 #
 # What it does, one function per step:
@@ -13,7 +15,8 @@
 #   4. appends every full ab/wrk output to benchmark/output.log, checks it    measure_run, check_run
 #   5. writes the summary (Markdown, CSV, plot) into benchmark/results/DATE/   write_summary, plot_results
 # A second mode (--mode connections) measures what holding idle connections costs each server: connection_cost,
-# with the client in idle_conns.cpp.
+# with the client in idle_conns.cpp. A third (--mode files) serves real files (--root) next to nginx serving the
+# same folder: make_files, verify_file, and the same benchmark_server with one target per file.
 #
 # Exit status: 0 when every check passed; 1 when a check failed, a server did not start or a tool is missing;
 # 2 on a bad option. Nothing is left running, even on Ctrl-C or an error (see cleanup).
@@ -23,22 +26,27 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 ALL_SERVERS=(01-blocking-single 02-thread-per-conn 03-select 04-threadpool 05-epoll 06-io_uring 07-asio)
+# --mode files measures the models that serve many keep-alive connections at once by default. 01 serves one
+# connection at a time, so wrk's other connections time out (a failed check by design); 02 and 04 can be named.
+FILES_SERVERS=(03 05 06 07)
 BODY_BYTES=1024   # what every server (and the nginx reference) answers; ab must report exactly this
+# --mode files: the files served, NAME:BYTES (index.html, for "/", is made too). Numbered 16-byte lines.
+FILES=(100KiB.bin:102400 1MiB.bin:1048576)
 PERF_EVENTS=task-clock,context-switches,raw_syscalls:sys_enter  # software events: work in VMs too
 
 # ---- Options: every one can also come from the environment ----------------------------------------------
 
 mode=${PSP_MODE:-throughput}
 server_list=${PSP_SERVERS:-}
-concurrency_list=${PSP_CONCURRENCY:-1 10 100 500}
+concurrency_list=${PSP_CONCURRENCY:-}  # default by mode, in validate_options
 requests=${PSP_REQUESTS:-10000}
 repeat=${PSP_REPEAT:-1}
 warmup=${PSP_WARMUP:-1000}
 keepalive=${PSP_KEEPALIVE:-0}
-tool=${PSP_TOOL:-ab}
+tool=${PSP_TOOL:-}  # default by mode: ab, or wrk for --mode files
 duration=${PSP_DURATION:-10s}
 wrk_threads=${PSP_WRK_THREADS:-1}
-delay_us=${PSP_DELAY_US:-1000}
+delay_us=${PSP_DELAY_US:-}  # default by mode: 1000, or 0 for --mode files
 handler=${PSP_HANDLER:-wait}
 threads=${PSP_THREADS:-}
 pin=${PSP_PIN:-0}
@@ -55,24 +63,31 @@ usage() {
 usage: benchmark/benchmark.sh [options] [SERVER...]
 
 Measures the servers side by side with the same load and checks every run. SERVER is a chapter number
-(01..07, or 1..7) or folder name; the default is all seven. The nginx reference row is added unless
---no-reference. Every option can also be set in the environment variable shown.
+(01..07, or 1..7) or folder name; the default is all seven (--mode files: ${FILES_SERVERS[*]}). The nginx
+reference row is added unless --no-reference. Every option can also be set in the environment variable shown.
+
+A SERVER may carry extra flags after colons, for a variant of it: 06:--sqpoll=50, 07:--topology=pool,
+06:--sqpoll=50:--fixed-files. Each part is one flag; FLAG=VALUE is passed as two arguments (--sqpoll 50). The
+variant's flags come after the script's own, so 05:--threads=1 overrides --threads. The row is named after the
+whole spec (06-io_uring:--sqpoll=50). SERVER may also be any folder of the build directory that holds a
+run_server (e.g. 07-asio-uring, an optional build).
 
 Load
   -c, --concurrency LIST   concurrency levels (wrk: connections), space or comma separated
-                           [PSP_CONCURRENCY, default "1 10 100 500"]
+                           [PSP_CONCURRENCY, default "1 10 100 500"; --mode files: "100 1000"]
   -n, --requests N         requests per ab run [PSP_REQUESTS, default 10000]
   -r, --repeat N           runs per server and concurrency, each a whole pass over the servers; the
                            summary reports the median and the spread [PSP_REPEAT, default 1]
   -w, --warmup N           warm-up requests before measuring each server, 0 for none [PSP_WARMUP, default 1000]
   -k, --keep-alive         ab -k: reuse connections (HTTP/1.0 keep-alive) [PSP_KEEPALIVE=1]
-  -t, --tool ab|wrk        load tool [PSP_TOOL, default ab]; wrk always uses keep-alive, runs for --duration
-                           and reports its latency distribution (--latency)
+  -t, --tool ab|wrk        load tool [PSP_TOOL, default ab; --mode files: always wrk]; wrk always uses
+                           keep-alive, runs for --duration and reports its latency distribution (--latency)
   -d, --duration TIME      wrk run time, e.g. 10s or 1m [PSP_DURATION, default 10s]
       --wrk-threads N      wrk client threads (never more than the connections) [PSP_WRK_THREADS, default 1]
 
 Servers
-      --delay-us N         simulated handler time passed to the servers [PSP_DELAY_US, default 1000]
+      --delay-us N         simulated handler time passed to the servers [PSP_DELAY_US, default 1000;
+                           --mode files: 0]
       --handler MODE       wait, sleep or spin, passed to the servers [PSP_HANDLER, default wait]
       --threads N          pool size (04) or event loops (05, 06, 07), and nginx's worker_processes; 01, 02
                            and 03 take no --threads [PSP_THREADS, default: the servers' own; nginx: one per CPU]
@@ -82,8 +97,8 @@ Servers
 
 Measurement
       --no-perf            do not count syscalls and context switches with perf stat [PSP_PERF=0]
-      --mode MODE          throughput (default), or connections: the cost of idle keep-alive connections
-                           [PSP_MODE]
+      --mode MODE          throughput (default); connections: the cost of idle keep-alive connections;
+                           files: a 100 KiB and a 1 MiB file served with --root, through wrk [PSP_MODE]
       --conns LIST         connection counts for --mode connections [PSP_CONNS, default "1000 5000 10000"]
 
 Files
@@ -97,6 +112,8 @@ Examples
   benchmark/benchmark.sh                                  the default run (about 4 minutes on 2 cores)
   benchmark/benchmark.sh -r 3 05 06                       05 and 06 against nginx, median of 3
   benchmark/benchmark.sh -t wrk -c 100 --delay-us 0 05 06 keep-alive, no handler wait
+  benchmark/benchmark.sh -t wrk -c 100 --delay-us 0 06 06:--sqpoll=50    a variant next to the default
+  benchmark/benchmark.sh --mode files -r 3                files through 03, 05, 06, 07 and nginx, median of 3
   benchmark/benchmark.sh --mode connections               what 1,000 to 10,000 idle connections cost
 EOF
 }
@@ -144,6 +161,16 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0)); }
 
 # Turns the option strings into arrays and refuses what cannot work, before anything is started.
 validate_options() {
+  [[ $mode =~ ^(throughput|connections|files)$ ]] || die_usage "--mode must be throughput, connections or files"
+  if [[ $mode == files ]]; then
+    [[ ${tool:-wrk} == wrk ]] || die_usage "--mode files always uses wrk (it checks the bytes read; ab cannot)"
+    tool=wrk
+    concurrency_list=${concurrency_list:-100 1000}
+    delay_us=${delay_us:-0}
+  fi
+  tool=${tool:-ab}
+  concurrency_list=${concurrency_list:-1 10 100 500}
+  delay_us=${delay_us:-1000}
   read -ra concurrencies <<<"${concurrency_list//,/ }"
   read -ra conn_counts <<<"${conn_list//,/ }"
   local value
@@ -157,7 +184,6 @@ validate_options() {
   [[ $delay_us =~ ^[0-9]+$ ]] || die_usage "bad --delay-us '$delay_us'"
   [[ -z $threads ]] || is_count "$threads" || die_usage "bad --threads '$threads'"
   [[ $handler =~ ^(wait|sleep|spin)$ ]] || die_usage "--handler must be wait, sleep or spin"
-  [[ $mode =~ ^(throughput|connections)$ ]] || die_usage "--mode must be throughput or connections"
   [[ $tool =~ ^(ab|wrk)$ ]] || die_usage "--tool must be ab or wrk"
   [[ $duration =~ ^([0-9]+)(s|m)?$ ]] || die_usage "bad --duration '$duration' (e.g. 10s or 2m)"
   duration_s=${BASH_REMATCH[1]}
@@ -169,15 +195,36 @@ validate_options() {
     done
   fi
 
+  # servers: one spec per row, FOLDER[:FLAG...], the folder spelled out (05 -> 05-epoll, 06:--x=1 ->
+  # 06-io_uring:--x=1), so that the row names the binary and the flags it ran with.
   servers=()
-  local name folder found
-  for name in ${server_list:-${ALL_SERVERS[*]}}; do
+  local spec name folder found part parts default_list=("${ALL_SERVERS[@]}")
+  if [[ $mode == files ]]; then default_list=("${FILES_SERVERS[@]}"); fi
+  for spec in ${server_list:-${default_list[*]}}; do
+    # The spec becomes a CSV cell and a Markdown cell: keep it to plain characters.
+    [[ $spec =~ ^[A-Za-z0-9._/=:+@%-]+$ ]] || die_usage "server '$spec' has a character other than letters, digits and ._/=:+@%-"
+    name=${spec%%:*}
     if [[ $name =~ ^[1-7]$ ]]; then name=0$name; fi
     found=
     for folder in "${ALL_SERVERS[@]}"; do
       if [[ $folder == "$name" || $folder == "$name"-* ]]; then found=$folder; fi
     done
-    [[ -n $found ]] || die_usage "unknown server '$name' (expected 01..07)"
+    # Any other folder of the build directory with a run_server in it (an optional build, e.g. 07-asio-uring).
+    if [[ -z $found && $name =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*$ ]] &&
+      { [[ -x $build_dir/$name/run_server ]] || [[ -n $(build_target "$name") ]]; }; then
+      found=$name
+    fi
+    [[ -n $found ]] || die_usage "unknown server '$name' (expected 01..07, or a folder of $build_dir that holds a run_server)"
+    if [[ $spec == *:* ]]; then
+      IFS=: read -ra parts <<<"${spec#*:}:"  # (the extra colon makes "06:" one empty part, refused below)
+      for part in "${parts[@]}"; do
+        [[ $part == -* ]] || die_usage "in server '$spec', '$part' is not a flag (each part after a colon starts with -)"
+      done
+      found+=:${spec#*:}
+    fi
+    for part in "${servers[@]}"; do
+      [[ $part != "$found" ]] || die_usage "server '$found' is named twice"
+    done
     servers+=("$found")
   done
   if ((reference)); then servers+=(nginx); fi
@@ -238,38 +285,83 @@ ensure_tools() {
   have ab || needed+=(apache2-utils)
   if [[ $tool == wrk ]] && ! have wrk; then needed+=(wrk); fi
   if ((reference)) && ! have nginx; then needed+=(nginx); fi
+  if [[ $mode == files ]] && ! have curl; then needed+=(curl); fi  # fetches each file once, for cmp
   if ((${#needed[@]} > 0)); then
     ensure_packages "${needed[@]}" || { say "error: the benchmark needs: ${needed[*]}" >&2; exit 1; }
   fi
   local command_name
-  for command_name in ab $([[ $tool == wrk ]] && echo wrk) $( ((reference)) && echo nginx); do
+  for command_name in ab $([[ $tool == wrk ]] && echo wrk) $( ((reference)) && echo nginx) \
+    $([[ $mode == files ]] && echo curl); do
     have "$command_name" || { say "error: $command_name is needed but not found in PATH" >&2; exit 1; }
   done
   if ! have gnuplot; then ensure_packages gnuplot-nox || say "(no plot without gnuplot)" >&2; fi
-  if ((use_perf)) && [[ $mode == throughput ]] && ! have perf; then
+  if ((use_perf)) && [[ $mode != connections ]] && ! have perf; then
     ensure_packages linux-perf || say "(no syscall counts without perf)" >&2
   fi
 }
 
-server_binary() { printf '%s/%s/run_server' "$build_dir" "$1"; }
+# A server spec is FOLDER[:FLAG...] (see validate_options); nginx is just "nginx".
+server_folder() { printf '%s' "${1%%:*}"; }
+server_binary() { printf '%s/%s/run_server' "$build_dir" "$(server_folder "$1")"; }
 client_binary() { printf '%s/benchmark/idle_conns' "$build_dir"; }
+
+# The extra flags of a variant, one argument per line: 06-io_uring:--sqpoll=50:--fixed-files gives --sqpoll, 50,
+# --fixed-files. The servers take a flag's value as the next argument, and a spec cannot hold a space.
+variant_flags() {
+  local part parts
+  [[ $1 == *:* ]] || return 0
+  IFS=: read -ra parts <<<"${1#*:}"
+  for part in "${parts[@]}"; do
+    if [[ $part == *=* ]]; then printf '%s\n%s\n' "${part%%=*}" "${part#*=}"; else printf '%s\n' "$part"; fi
+  done
+}
+
+# The threads a server runs with: its variant's --threads, else --threads, else one per CPU.
+threads_of() {
+  local value=${threads:-$(nproc)} previous='' flag
+  while IFS= read -r flag; do
+    if [[ $previous == --threads ]]; then value=$flag; fi
+    previous=$flag
+  done < <(variant_flags "$1")
+  printf '%s' "$value"
+}
+
+# The CMake target that builds BUILD/FOLDER/run_server: server_NN for the seven chapters; for another folder
+# (an optional build, e.g. 07-asio-uring), the target whose rule in the generated Makefiles writes that file.
+# Prints nothing when there is none (another generator, or a binary put there by hand).
+build_target() {
+  local folder=$1 dir
+  if [[ " ${ALL_SERVERS[*]} " == *" $folder "* ]]; then printf 'server_%s' "${folder:0:2}"; return 0; fi
+  [[ -f $build_dir/CMakeFiles/TargetDirectories.txt ]] || return 0
+  while IFS= read -r dir; do
+    if awk -v rule="$folder/run_server:" 'index($0, rule) == 1 || index($0, "/" rule) { found = 1; exit }
+      END { exit !found }' "$dir/build.make" 2>/dev/null; then
+      basename "$dir" .dir
+      return 0
+    fi
+  done <"$build_dir/CMakeFiles/TargetDirectories.txt"
+}
 
 # Builds the servers (and idle_conns) in Release. cmake --build is incremental, so running it every time
 # costs a second and guarantees we never measure a stale binary. --no-build only checks they exist.
 build_servers() {
-  local targets=() binaries=() name
+  local targets=() binaries=() name folder target
   for name in "${servers[@]}"; do
-    if [[ $name != nginx ]]; then
-      targets+=("server_${name:0:2}")
-      binaries+=("$(server_binary "$name")")
+    if [[ $name == nginx ]]; then continue; fi
+    folder=$(server_folder "$name")
+    binaries+=("$(server_binary "$name")")
+    target=$(build_target "$folder")
+    if [[ -z $target ]]; then
+      ((no_build)) || warn "no CMake target of $build_dir builds $folder/run_server that the script can find: it is measured as it is, not rebuilt"
+    elif [[ " ${targets[*]} " != *" $target "* ]]; then
+      targets+=("$target")
     fi
   done
   if [[ $mode == connections ]]; then
     targets+=(idle_conns)
     binaries+=("$(client_binary)")
   fi
-  if ((${#targets[@]} == 0)); then return 0; fi
-  if ((!no_build)); then
+  if ((!no_build && ${#targets[@]} > 0)); then
     if [[ ! -f $build_dir/CMakeCache.txt ]]; then
       ensure_packages cmake g++ make pkg-config liburing-dev libboost-dev libgtest-dev || exit 1
       say "configuring a Release build in $build_dir"
@@ -350,8 +442,10 @@ check_environment() {
   say "  ab: $(command -v ab) ($ab_version)"
   if [[ $tool == wrk ]]; then say "  wrk: $(command -v wrk)"; fi
 
-  # Each of the client and the server holds one descriptor per connection, plus a few of its own.
+  # Each of the client and the server holds one descriptor per connection, plus a few of its own. Serving files,
+  # a server also holds the open file, and 06 a pipe (two descriptors), for each connection.
   need=$((max_c + 64))
+  if [[ $mode == files ]]; then need=$((4 * max_c + 64)); fi
   soft=$(ulimit -Sn)
   hard=$(ulimit -Hn)
   if [[ $soft != unlimited ]] && ((soft < need)); then
@@ -401,19 +495,22 @@ check_environment() {
 is_single_threaded() {
   case $1 in
     01-* | 03-*) return 0 ;;
-    05-* | 06-* | 07-*) [[ ${threads:-$(nproc)} == 1 ]] ;;
+    05-* | 06-* | 07-*) [[ $(threads_of "$1") == 1 ]] ;;
     nginx) [[ $nginx_workers == 1 ]] ;;
     *) return 1 ;;
   esac
 }
 
-# The flags each server gets. 01, 02 and 03 refuse --threads (they have no pool and no loops to size).
+# The flags each server gets, one per line. 01, 02 and 03 refuse --threads (they have no pool and no loops to
+# size). A variant's own flags come last, so that they win over the script's (05:--threads=1).
 server_flags() {
   local flags=(--delay-us "$delay_us" --handler "$handler")
   case $1 in 04-* | 05-* | 06-* | 07-*) if [[ -n $threads ]]; then flags+=(--threads "$threads"); fi ;; esac
   # Held idle connections must outlive the measurement; the default idle timeout is 5 s.
   if [[ $mode == connections ]]; then flags+=(--idle-timeout 600); fi
+  if [[ $mode == files ]]; then flags+=(--root "$files_dir"); fi
   printf '%s\n' "${flags[@]}"
+  variant_flags "$1"
 }
 
 # server_pids: the server and its child processes (nginx's workers; our servers have none). Scans the parent
@@ -433,12 +530,12 @@ find_server_pids() {
 }
 
 # Starts a server with --port 0 and reads the port from its first line, `listening on http://HOST:PORT/`.
-# Sets server_pid and server_port; on failure prints one sentence and returns 1.
+# Sets server_pid and server_port; on failure prints one sentence, sets start_problem and returns 1.
 start_server() {
-  local name=$1 out=$TMP/$1.stdout err=$TMP/$1.stderr line flags prefix=()
+  local name=$1 out=$TMP/server.stdout err=$TMP/server.stderr line flags prefix=()
   mapfile -t flags < <(server_flags "$name")
   if ((pin)) && is_single_threaded "$name"; then prefix=(taskset -c 0); fi
-  server_command="$name/run_server --port 0 ${flags[*]}"
+  server_command="$(server_folder "$name")/run_server --port 0 ${flags[*]}"
   rm -f "$out"  # the loop below must not read an earlier instance's port
   "${prefix[@]}" "$(server_binary "$name")" --port 0 "${flags[@]}" >"$out" 2>"$err" &
   server_pid=$!
@@ -455,12 +552,21 @@ start_server() {
       local status=0
       wait "$server_pid" || status=$?
       server_pid=
-      say "error: $name did not start (exit status $status): $(head -c 300 "$err" | head -1)" >&2
+      local why
+      why=$(head -c 300 "$err" | head -1)
+      start_problem="did not start"
+      if [[ $mode == files && $why == *"'--root'"* ]]; then
+        start_problem="takes no --root yet: it cannot serve files"
+        say "error: $name cannot serve files: it does not take --root yet (it said: $why)" >&2
+      else
+        say "error: $name did not start (exit status $status): $why" >&2
+      fi
       return 1
     fi
     sleep 0.05
   done
   say "error: $name printed no 'listening on http://127.0.0.1:PORT/' line within 10 s" >&2
+  start_problem="did not start"
   stop_server
   return 1
 }
@@ -484,6 +590,17 @@ start_nginx() {
     chmod 644 "$dir/www/index.html"
   fi
   server_command="nginx -p $dir -c nginx.conf (worker_processes $nginx_workers)"
+  # --mode files: the folder the servers serve, sent the way nginx is usually set up for static files (sendfile,
+  # and tcp_nopush: the headers go out in the same packet as the start of the file). A folder gets its index.html.
+  local site="root $dir/www;
+    location / { try_files /index.html =404; }" files_lines=""
+  if [[ $mode == files ]]; then
+    site="root $files_dir;"
+    files_lines="sendfile on;
+  tcp_nopush on;
+  types { text/html html; application/octet-stream bin; }"
+    server_command="nginx -p $dir -c nginx.conf (worker_processes $nginx_workers, root $files_dir, sendfile on, tcp_nopush on)"
+  fi
   for _ in 1 2 3 4 5; do  # a few tries, in case another program takes the port first
     port=$((20000 + RANDOM % 12000))  # below the ephemeral range, so the clients' ports never collide with it
     if (: <>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi  # someone listens there
@@ -501,6 +618,7 @@ http {
   default_type text/plain;
   keepalive_requests 1000000;
   keepalive_timeout 600s;
+  $files_lines
   client_body_temp_path $dir/temp/body;
   proxy_temp_path $dir/temp/proxy;
   fastcgi_temp_path $dir/temp/fastcgi;
@@ -508,8 +626,7 @@ http {
   scgi_temp_path $dir/temp/scgi;
   server {
     listen 127.0.0.1:$port backlog=4096;
-    root $dir/www;
-    location / { try_files /index.html =404; }
+    $site
   }
 }
 EOF
@@ -559,10 +676,28 @@ stop_server() {
 
 # utime + stime (+ cutime + cstime, zero here: the servers do not fork) in clock ticks, of every server
 # process. Linux adds a thread's times to its process when the thread exits, so 02's finished threads count.
+# The kernel threads io_uring creates for a ring are threads of the server's process (since Linux 5.12): the
+# SQPOLL thread (iou-sqp-PID) and the io-wq workers (iou-wrk-PID). So they are counted here too, exited ones
+# included (checked on Linux 6.18 with a ring whose SQPOLL thread spun while the program slept; see README).
 cpu_ticks() {
   local pid
   for pid in "${server_pids[@]}"; do cat "/proc/$pid/stat" 2>/dev/null || true; done |
     awk '{ sub(/.*\) /, ""); total += $12 + $13 + $14 + $15 } END { print total + 0 }'
+}
+
+# "TID TICKS" for each live io_uring kernel thread of the server (iou-sqp-*, iou-wrk-*), to show the part of
+# the CPU time they took. It only sees live threads: an io-wq worker that exits during the run is in cpu_ticks
+# but not here, so this part is a lower bound.
+io_uring_thread_ticks() {
+  local pid file
+  for pid in "${server_pids[@]}"; do
+    for file in "/proc/$pid/task/"*/stat; do cat "$file" 2>/dev/null || true; done
+  done | awk '$2 ~ /^\(iou-(sqp|wrk)-/ { tid = $1; sub(/.*\) /, ""); print tid, $12 + $13 }'
+}
+
+# The ticks the io_uring threads took between two io_uring_thread_ticks listings (threads in the second one).
+io_uring_ticks_between() {
+  awk 'NR == FNR { before[$1] = $2; next } { total += $2 - before[$1] } END { print total + 0 }' "$1" "$2"
 }
 
 # Sum of a /proc/PID/status field (VmHWM:, Threads:) over the server's processes.
@@ -628,6 +763,12 @@ run_client() {
 
 # ---- One measured run --------------------------------------------------------------------------------------
 
+# What is requested, set by benchmark_server for each target: the URL path, the body length every answer must
+# have, and (--mode files) the file's name, which is also the `file` column of the results.
+target_path=/
+expected_length=$BODY_BYTES
+target_file=
+
 log_header() {  # $1: what ran; $2: the load command
   printf '\n==== %s | %s | %s | server: %s | pinned: %s | commit %s | kernel %s | %s x%s ====\n' \
     "$(now)" "$1" "$2" "$server_command" "$pinned" "$commit" "$kernel" "$cpu_model" "$cpu_count" >>"$log_file"
@@ -636,8 +777,10 @@ log_header() {  # $1: what ran; $2: the load command
 # Extracts one field from ab's output: ab_field 'Failed requests:' 3
 ab_field() { awk -v label="$1" -v n="$2" 'index($0, label) == 1 { print $n; exit }' "$TMP/run.out"; }
 
-# Parses ab's or wrk's output in $TMP/run.out into: complete failed non2xx rps mean_ms p99_ms doc_length.
+# Parses ab's or wrk's output in $TMP/run.out into: complete failed non2xx rps mean_ms p99_ms doc_length, and
+# for wrk with totals.lua (--mode files) bytes_read and mib_per_s.
 parse_output() {
+  bytes_read=n/a mib_per_s=n/a
   if [[ $tool == ab ]]; then
     complete=$(ab_field 'Complete requests:' 3)
     failed=$(ab_field 'Failed requests:' 3)
@@ -659,23 +802,40 @@ parse_output() {
       $1 == "Requests/sec:" { rps = $2 }
       function or_na(v) { return v == "" ? "n/a" : v }
       END { printf "%d %d %d %s %s %s\n", complete, errors, non2xx, or_na(rps), or_na(mean), or_na(p99) }' "$TMP/run.out")
-    doc_length=$BODY_BYTES  # wrk does not report it; the ab warm-up checked it
+    doc_length=$expected_length  # wrk does not report it; the ab warm-up (and in files mode curl) checked it
+    # wrk's own summary rounds the bytes ("1.02GB read"); totals.lua prints them exactly.
+    local totals
+    totals=$(awk '$1 == "psp-totals:" { print $2, $3 }' "$TMP/run.out")
+    if [[ $totals =~ ^bytes=([0-9]+)\ duration_us=([0-9]+)$ ]]; then
+      bytes_read=${BASH_REMATCH[1]}
+      mib_per_s=$(ratio "$bytes_read" "$(awk -v us="${BASH_REMATCH[2]}" 'BEGIN { print us / 1e6 * 1048576 }')" %.1f)
+    fi
   fi
   complete=${complete:-0} failed=${failed:-n/a} non2xx=${non2xx:-0}
   rps=${rps:-n/a} mean_ms=${mean_ms:-n/a} p99_ms=${p99_ms:-n/a}
 }
 
 # The checks every run must pass; each failure is printed loudly and counted. Sets run_check.
+# check_run WHAT STATUS EXPECTED_COMPLETE [CONNECTIONS]
 check_run() {
-  local what=$1 status=$2 expected=$3 problems=()
+  local what=$1 status=$2 expected=$3 c=${4:-0} problems=()
   if ((status == 124 || status == 137)); then problems+=("$tool timed out")
   elif ((status != 0)); then problems+=("$tool exited with status $status: $(tail -1 "$TMP/run.out")"); fi
-  if [[ $doc_length != "$BODY_BYTES" ]]; then problems+=("Document Length: ${doc_length:-none} (expected $BODY_BYTES bytes)"); fi
+  if [[ $doc_length != "$expected_length" ]]; then problems+=("Document Length: ${doc_length:-none} (expected $expected_length bytes)"); fi
   if [[ $failed != 0 ]]; then
     if [[ $tool == ab ]]; then problems+=("Failed requests: $failed"); else problems+=("socket errors: $failed"); fi
   fi
   if [[ $non2xx != 0 ]]; then problems+=("Non-2xx responses: $non2xx"); fi
   if [[ -n $expected && $complete != "$expected" ]]; then problems+=("Complete requests: $complete of $expected"); fi
+  if [[ $mode == files && $tool == wrk ]]; then
+    # Every complete response carried the whole file and a head (under 1 KiB); each of the c connections may
+    # also have been part-way through one more when wrk stopped. Outside these bounds, wrong bytes came back.
+    local low=$((complete * expected_length)) high=$(((complete + c) * (expected_length + 1024)))
+    if [[ $bytes_read == n/a ]]; then problems+=("no byte count from wrk (totals.lua)")
+    elif ((bytes_read < low || bytes_read > high)); then
+      problems+=("wrk read $bytes_read bytes for $complete responses of a $expected_length-byte file (expected $low to $high)")
+    fi
+  fi
   if ! kill -0 "$server_pid" 2>/dev/null; then problems+=("the server died"); fi
   run_check=ok
   if ((${#problems[@]} > 0)); then
@@ -691,8 +851,11 @@ load_command() {  # $1: concurrency, $2: requests (ab) -> fills the array `load_
     if ((keepalive)); then load_cmd+=(-k); fi
   else
     load_cmd=(wrk -t "$((wrk_threads < $1 ? wrk_threads : $1))" -c "$1" -d "$duration" --latency)
+    # Files: at 1,000 connections, 1,000 MiB are in flight, and fair sharing at about 1 GiB/s makes each answer
+    # take about a second, near wrk's default limit of 2 s, past which it counts the request as a timeout error.
+    if [[ $mode == files ]]; then load_cmd+=(--timeout 10s -s "$TMP/totals.lua"); fi
   fi
-  load_cmd+=("http://127.0.0.1:$server_port/")
+  load_cmd+=("http://127.0.0.1:$server_port$target_path")
 }
 
 # Warm-up: page faults, thread pools, caches. Always ab, so that in wrk mode too the body length is checked.
@@ -703,23 +866,24 @@ warm_up() {
   if ((c > warmup)); then c=$warmup; fi
   load_cmd=(ab -q -r -n "$warmup" -c "$c")
   if ((keepalive)); then load_cmd+=(-k); fi
-  load_cmd+=("http://127.0.0.1:$server_port/")
-  log_header "$name warm-up" "${load_cmd[*]}"
+  load_cmd+=("http://127.0.0.1:$server_port$target_path")
+  log_header "$name${target_file:+ $target_file} warm-up" "${load_cmd[*]}"
   run_client $((60 + warmup / 20)) "$TMP/run.out" "$TMP/run.out" "${client_prefix[@]}" "${load_cmd[@]}" || status=$?
   cat "$TMP/run.out" >>"$log_file"
   local saved_tool=$tool
   tool=ab
   parse_output
-  check_run "$name warm-up" "$status" "$warmup"
+  check_run "$name${target_file:+ $target_file} warm-up" "$status" "$warmup"
   tool=$saved_tool
 }
 
 # One measured run at concurrency $2; appends a row to raw.csv.
 measure_run() {
-  local name=$1 c=$2 rep=$3 status=0 limit cpu_before ctx_before perf_pids
+  local name=$1 c=$2 rep=$3 status=0 limit cpu_before ctx_before perf_pids what
+  what="$name${target_file:+ $target_file} c=$c"
   load_command "$c" "$requests"
   say "  ${load_cmd[*]}"
-  log_header "$name c=$c run $rep/$repeat" "${load_cmd[*]}"
+  log_header "$what run $rep/$repeat" "${load_cmd[*]}"
   if [[ $tool == ab ]]; then limit=$((60 + requests / 50)); else limit=$((duration_s + 60)); fi
   local wrapped=("${client_prefix[@]}" "${load_cmd[@]}")
   if [[ $tool == ab ]]; then
@@ -734,12 +898,14 @@ measure_run() {
   rm -f "$TMP/percentiles.csv" "$TMP/perf.txt"
   reset_peak_rss
   cpu_before=$(cpu_ticks)
+  io_uring_thread_ticks >"$TMP/iou.before"
   ctx_before=$(proc_context_switches)
   start_thread_sampler
   run_client "$limit" "$TMP/run.out" "$TMP/run.out" "${wrapped[@]}" || status=$?
   stop_thread_sampler
   local cpu_after ctx_after peak_rss peak_threads
   cpu_after=$(cpu_ticks)
+  io_uring_thread_ticks >"$TMP/iou.after"
   ctx_after=$(proc_context_switches)
   peak_rss=$(status_sum VmHWM:)
   peak_threads=$( (cat "$TMP/threads.samples"; status_sum Threads:) | sort -n | tail -1)
@@ -748,20 +914,23 @@ measure_run() {
   parse_output
   local expected=$requests
   if [[ $tool == wrk ]]; then expected=; fi
-  check_run "$name c=$c" "$status" "$expected"
+  check_run "$what" "$status" "$expected" "$c"
 
   # Per request: CPU from /proc (clock ticks), context switches and syscalls from perf when it counted.
-  local ticks_per_s cpu_us ctx_per_req syscalls_per_req="$perf_state"
+  local ticks_per_s cpu_us iou_us ctx_per_req syscalls_per_req="$perf_state"
   if [[ $perf_state == ok ]]; then syscalls_per_req=n/a; fi  # unless perf reports below
   ticks_per_s=$(getconf CLK_TCK)
   cpu_us=$(ratio "$(((cpu_after - cpu_before) * 1000000 / ticks_per_s))" "$complete" %.1f)
+  iou_us=$(ratio "$(($(io_uring_ticks_between "$TMP/iou.before" "$TMP/iou.after") * 1000000 / ticks_per_s))" "$complete" %.1f)
   ctx_per_req=$(ratio $((ctx_after - ctx_before)) "$complete")
   if [[ $perf_state == ok && -s $TMP/perf.txt ]]; then
     ctx_per_req=$(ratio "$(awk -F, '$3 == "context-switches" { print $1 + 0 }' "$TMP/perf.txt")" "$complete")
     syscalls_per_req=$(ratio "$(awk -F, '$3 == "raw_syscalls:sys_enter" { print $1 + 0 }' "$TMP/perf.txt")" "$complete" %.1f)
     { echo "--- perf stat of the server during this run"; grep -v '^#\|^$' "$TMP/perf.txt"; } >>"$log_file"
   fi
-  echo "--- what the server spent: cpu_us_per_req=$cpu_us ctxsw_per_req=$ctx_per_req syscalls_per_req=$syscalls_per_req peak_rss_kib=$peak_rss ($peak_rss_scope) peak_threads=$peak_threads" >>"$log_file"
+  local bytes_per_req
+  bytes_per_req=$(ratio "$bytes_read" "$complete" %.0f)
+  echo "--- what the server spent: cpu_us_per_req=$cpu_us (io_uring_threads_us_per_req=$iou_us) ctxsw_per_req=$ctx_per_req syscalls_per_req=$syscalls_per_req peak_rss_kib=$peak_rss ($peak_rss_scope) peak_threads=$peak_threads${target_file:+ bytes_read=$bytes_read bytes_per_req=$bytes_per_req}" >>"$log_file"
 
   # The selected lines, as the run goes.
   if [[ $tool == ab ]]; then
@@ -769,16 +938,88 @@ measure_run() {
   else
     grep -E 'Latency  |99%|requests in|Socket errors|Non-2xx|Requests/sec' "$TMP/run.out" | sed 's/^ */  /' || true
   fi
-  say "  server per request: ${cpu_us} us CPU, $ctx_per_req context switches, $syscalls_per_req syscalls; peak $((peak_rss / 1024)) MiB RSS, $peak_threads threads"
-  echo "$name,$c,$rep,$rps,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$cpu_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
+  if [[ $mode == files ]]; then
+    say "  transfer: $mib_per_s MiB/s; $bytes_per_req bytes read per response (the file: $expected_length bytes, plus the head)"
+  fi
+  local iou_part=""
+  if [[ $iou_us != n/a && $iou_us != 0.0 ]]; then iou_part=" (of which io_uring kernel threads: $iou_us us)"; fi
+  say "  server per request: ${cpu_us} us CPU$iou_part, $ctx_per_req context switches, $syscalls_per_req syscalls; peak $((peak_rss / 1024)) MiB RSS, $peak_threads threads"
+  if [[ $mode == files ]]; then
+    echo "$name,$target_file,$c,$rep,$rps,$mib_per_s,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$bytes_per_req,$cpu_us,$iou_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
+  else
+    echo "$name,$c,$rep,$rps,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$cpu_us,$iou_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
+  fi
+}
+
+# raw.csv's columns, by mode. The summary keeps the columns before `repetition` as the row's key, takes the
+# median of the others over the repetitions, and sums failed + non2xx into `failures`.
+RAW_THROUGHPUT=server,concurrency,repetition,requests_per_s,mean_ms,p99_ms,complete,failed,non2xx,cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check
+RAW_FILES=server,file,connections,repetition,requests_per_s,mib_per_s,mean_ms,p99_ms,complete,failed,non2xx,bytes_per_req,cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check
+
+# A raw.csv row for a run that could not be made (the server did not start, or served the wrong bytes).
+failed_row() {  # $1: server, $2: concurrency, $3: repetition, $4: why
+  local row="$1,$2,$3" columns filled i
+  if [[ $mode == files ]]; then row="$1,$target_file,$2,$3"; fi
+  IFS=, read -ra columns < <(head -1 "$raw_csv")
+  IFS=, read -ra filled <<<"$row"
+  for ((i = ${#filled[@]}; i < ${#columns[@]} - 1; i++)); do row+=",n/a"; done
+  echo "$row,FAILED: ${4//,/}" >>"$raw_csv"
+}
+
+# The targets of a run: in throughput mode "/" (the fixed 1 KB answer); in files mode one per file.
+# Each entry: PATH:BYTES:FILE.
+set_targets() {
+  targets=("/:$BODY_BYTES:")
+  if [[ $mode != files ]]; then return 0; fi
+  targets=()
+  local entry
+  for entry in "${FILES[@]}"; do targets+=("/${entry%%:*}:${entry#*:}:${entry%%:*}"); done
+}
+
+# --mode files: makes the files once per run in $TMP/files (deleted at the end): numbered 16-byte lines, the
+# same in every run, so a byte sent from the wrong offset shows in cmp; and an index.html for "/".
+make_files() {
+  files_dir=$TMP/files
+  mkdir -p "$files_dir"
+  local entry
+  for entry in "${FILES[@]}"; do
+    awk -v n="${entry#*:}" 'BEGIN { for (i = 0; i < n / 16; i++) printf "%015d\n", i }' >"$files_dir/${entry%%:*}"
+    [[ $(stat -c %s "$files_dir/${entry%%:*}") == "${entry#*:}" ]] || { say "error: could not make ${entry%%:*}" >&2; exit 1; }
+  done
+  printf '<!doctype html>\n<title>benchmark files</title>\n<p>%s</p>\n' "${FILES[*]}" >"$files_dir/index.html"
+  chmod 755 "$files_dir"  # nginx's workers, as nobody when we are root, must read them
+  chmod 644 "$files_dir"/*
+  # wrk's own summary rounds the bytes it read ("1.02GB read"); this prints them exactly, once, at the end.
+  cat >"$TMP/totals.lua" <<'EOF'
+done = function(summary, latency, requests)
+  io.write(string.format("psp-totals: bytes=%d duration_us=%d\n", summary.bytes, summary.duration))
+end
+EOF
+}
+
+# Fetches a path once and compares the body with the file, byte for byte. Prints what is wrong and returns 1.
+verify_file() {  # $1: URL path, $2: the file
+  local got=$TMP/fetched status=0 code
+  rm -f "$got"
+  code=$(curl -s -o "$got" -w '%{http_code}' --max-time 20 "http://127.0.0.1:$server_port$1") || status=$?
+  if ((status != 0)); then echo "curl failed (exit status $status${code:+, HTTP $code})"; return 1; fi
+  if [[ $code != 200 ]]; then echo "GET $1 answered $code, not 200"; return 1; fi
+  local got_size size
+  got_size=$(stat -c %s "$got") size=$(stat -c %s "$2")
+  if ((got_size != size)); then echo "GET $1 sent $got_size bytes, not the file's $size"; return 1; fi
+  if ! cmp -s "$got" "$2"; then
+    echo "GET $1 sent $size bytes that differ from the file from byte $(cmp "$got" "$2" | sed -n 's/.* differ: byte \([0-9]*\),.*/\1/p') on"
+    return 1
+  fi
 }
 
 progress=0
-# One pass over one server: start it, warm it up, one run at each concurrency, stop it. With --repeat, main
-# makes one pass over all the servers per repetition, rather than repeating each row back to back: a burst
-# of other work on the machine then lands on every server a little, instead of on one server's whole row.
+# One pass over one server: start it, then for each target (the fixed answer, or each file) warm it up and run
+# at each concurrency; stop it. With --repeat, main makes one pass over all the servers per repetition, rather
+# than repeating each row back to back: a burst of other work on the machine then lands on every server a
+# little, instead of on one server's whole row.
 benchmark_server() {
-  local name=$1 rep=$2 c runs_left=${#concurrencies[@]} pass=""
+  local name=$1 rep=$2 c target runs_left=$((${#targets[@]} * ${#concurrencies[@]})) pass="" problem
   client_prefix=()
   pinned=no
   if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
@@ -786,26 +1027,47 @@ benchmark_server() {
   say ""
   say "== $name$pass"
   local started=0
+  start_problem=
   if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
   if ((!started)); then
-    fail_check "$name did not start"
-    for c in "${concurrencies[@]}"; do echo "$name,$c,$rep,n/a,n/a,n/a,0,n/a,0,n/a,n/a,n/a,n/a,n/a,FAILED: did not start" >>"$raw_csv"; done
+    fail_check "$name ${start_problem:-did not start}"
+    for target in "${targets[@]}"; do
+      target_file=${target##*:}
+      for c in "${concurrencies[@]}"; do failed_row "$name" "$c" "$rep" "${start_problem:-did not start}"; done
+    done
     progress=$((progress + runs_left))
     return 0
   fi
   say "  $server_command on port $server_port (pid ${server_pids[*]})"
-  warm_up "$name"
-  for c in "${concurrencies[@]}"; do
-    progress=$((progress + 1))
-    runs_left=$((runs_left - 1))
-    say "[$progress/$total_runs] $name c=$c$pass"
-    measure_run "$name" "$c" "$rep"
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      stop_server
-      say "  $name died (exit status $server_exit); skipping its remaining runs in this pass" >&2
-      progress=$((progress + runs_left))
-      return 0
+  # Files: check what comes back before measuring how fast it comes. "/" is the folder: its index.html.
+  if [[ $mode == files ]] && ! problem=$(verify_file / "$files_dir/index.html"); then fail_check "$name: $problem"; fi
+  for target in "${targets[@]}"; do
+    target_path=${target%%:*} target_file=${target##*:}
+    expected_length=${target#*:}
+    expected_length=${expected_length%%:*}
+    if [[ $mode == files ]]; then
+      if ! problem=$(verify_file "$target_path" "$files_dir/$target_file"); then
+        fail_check "$name: $problem"
+        for c in "${concurrencies[@]}"; do failed_row "$name" "$c" "$rep" "wrong body: $problem"; done
+        progress=$((progress + ${#concurrencies[@]}))
+        runs_left=$((runs_left - ${#concurrencies[@]}))
+        continue
+      fi
+      say "  GET $target_path: 200, the $expected_length bytes of $target_file (curl, cmp)"
     fi
+    warm_up "$name"
+    for c in "${concurrencies[@]}"; do
+      progress=$((progress + 1))
+      runs_left=$((runs_left - 1))
+      say "[$progress/$total_runs] $name${target_file:+ $target_file} c=$c$pass"
+      measure_run "$name" "$c" "$rep"
+      if ! kill -0 "$server_pid" 2>/dev/null; then
+        stop_server
+        say "  $name died (exit status $server_exit); skipping its remaining runs in this pass" >&2
+        progress=$((progress + runs_left))
+        return 0
+      fi
+    done
   done
   stop_server
   if [[ -n $server_exit && $server_exit != 0 ]]; then warn "$name exited with status $server_exit on SIGTERM (expected 0)"; fi
@@ -883,56 +1145,120 @@ record_connection_cost() {
 
 # ---- 5. The summary -----------------------------------------------------------------------------------------
 
-# The median of each column over the repetitions (an even count takes the mean of the middle two), the
-# spread of req/s as (max - min) / median, the failures summed over all runs, and the first failed check.
+# raw.csv -> summary.csv, in any mode whose raw.csv has a `repetition` column: the columns before it are the
+# row's key (server, concurrency; or server, file, connections). For each row: the median of each column over
+# the repetitions (an even count takes the mean of the middle two); for req/s also the min, the max, the
+# spread as (max - min) / median, and vs_nginx, the ratio to the nginx row with the same key (same
+# concurrency, same file); failed + non2xx summed over all runs as `failures`; the first failed check.
 summarize_runs() {
   awk -F, '
+    BEGIN { CONVFMT = OFMT = "%.10g" }  # (no 1.0489e+06 when a median is the mean of two)
     function median(list,   v, n, i, j, t) {
       n = split(list, v, "|")
       if (n == 0 || v[1] !~ /^[0-9.]+$/) return v[1]  # "n/a", or "n/a (why)"
       for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j > 0 && v[j] + 0 > t + 0; j--) v[j + 1] = v[j]; v[j + 1] = t }
       return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
-    NR == 1 { next }
+    NR == 1 {
+      for (i = 1; i <= NF; i++) { name[i] = $i; column[$i] = i }
+      rep = column["repetition"]; rps = column["requests_per_s"]; failed = column["failed"]; non2xx = column["non2xx"]
+      last = NF  # check
+      header = $1
+      for (i = 2; i < rep; i++) header = header "," $i
+      header = header ",runs"
+      for (i = rep + 1; i < last; i++) {
+        if (i == rps) header = header ",requests_per_s,rps_min,rps_max,spread_pct,vs_nginx"
+        else if (i == failed) header = header ",failures"
+        else if (name[i] != "complete" && i != non2xx) header = header "," name[i]
+      }
+      print header ",check"
+      next
+    }
     {
-      key = $1 "," $2
-      if (!(key in runs)) { order[++groups] = key }
+      level = ""
+      for (i = 2; i < rep; i++) level = level "," $i
+      key = $1 level
+      if (!(key in runs)) { order[++groups] = key; server[key] = $1; level_of[key] = level }
       runs[key]++
-      for (col = 4; col <= 14; col++) values[key, col] = (runs[key] == 1) ? $col : values[key, col] "|" $col
-      fails[key] += ($8 ~ /^[0-9]+$/ ? $8 : 0) + ($9 ~ /^[0-9]+$/ ? $9 : 0)
-      if ($15 != "ok") { bad[key]++; if (!(key in why)) why[key] = $15 }
-      if ($4 != "n/a") { if (!(key in lo) || $4 + 0 < lo[key]) lo[key] = $4 + 0; if (!(key in hi) || $4 + 0 > hi[key]) hi[key] = $4 + 0 }
+      for (i = rep + 1; i < last; i++) values[key, i] = (runs[key] == 1) ? $i : values[key, i] "|" $i
+      fails[key] += ($failed ~ /^[0-9]+$/ ? $failed : 0) + ($non2xx ~ /^[0-9]+$/ ? $non2xx : 0)
+      if ($last != "ok") { bad[key]++; if (!(key in why)) why[key] = $last }
+      if ($rps != "n/a") {
+        if (!(key in lo) || $rps + 0 < lo[key]) lo[key] = $rps + 0
+        if (!(key in hi) || $rps + 0 > hi[key]) hi[key] = $rps + 0
+      }
     }
     END {
-      print "server,concurrency,runs,requests_per_s,rps_min,rps_max,spread_pct,mean_ms,p99_ms,failures,cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check"
       for (g = 1; g <= groups; g++) {
-        k = order[g]; m = median(values[k, 4])
-        spread = (m != "n/a" && m > 0 && runs[k] > 1) ? sprintf("%.1f", (hi[k] - lo[k]) * 100 / m) : "n/a"
+        k = order[g]; m[k] = median(values[k, rps])
+        if (server[k] == "nginx") reference[level_of[k]] = m[k]
+      }
+      for (g = 1; g <= groups; g++) {
+        k = order[g]
+        spread = (m[k] != "n/a" && m[k] > 0 && runs[k] > 1) ? sprintf("%.1f", (hi[k] - lo[k]) * 100 / m[k]) : "n/a"
+        ref = reference[level_of[k]]
+        versus = (m[k] ~ /^[0-9.]+$/ && ref ~ /^[0-9.]+$/ && ref > 0) ? sprintf("%.2f", m[k] / ref) : "n/a"
         check = bad[k] ? (bad[k] == runs[k] ? why[k] : why[k] " (" bad[k] " of " runs[k] " runs)") : "ok"
-        printf "%s,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", k, runs[k], m, (k in lo ? lo[k] : "n/a"),
-          (k in hi ? hi[k] : "n/a"), spread, median(values[k, 5]), median(values[k, 6]), fails[k],
-          median(values[k, 10]), median(values[k, 11]), median(values[k, 12]), median(values[k, 13]),
-          median(values[k, 14]), check
+        line = k "," runs[k]
+        for (i = rep + 1; i < last; i++) {
+          if (i == rps) line = line "," m[k] "," (k in lo ? lo[k] : "n/a") "," (k in hi ? hi[k] : "n/a") "," spread "," versus
+          else if (i == failed) line = line "," fails[k]
+          else if (name[i] != "complete" && i != non2xx) line = line "," median(values[k, i])
+        }
+        print line "," check
       }
     }' "$raw_csv"
 }
 
-throughput_table() {  # summary.csv -> Markdown
-  awk -F, -v unit="$([[ $tool == wrk ]] && echo connections || echo c)" '
-    function num(v, f) { return (v ~ /^n\/a/ || v == "") ? v : sprintf(f, v) }
+# summary.csv -> a Markdown table. $1: the columns shown, each `csv_column:heading:format` (a space in a heading
+# is written _). Formats: a printf format; `text` (as is, left-aligned); `server` (nginx gets "(reference)");
+# `pct` (the spread, – for one run); `ratio` (vs nginx, – without it); `mib` (KiB shown in MiB).
+markdown_table() {
+  awk -F, -v list="$1" '
+    function cell(v, f) {
+      if (f == "server") return (v == "nginx") ? "nginx (reference)" : v
+      if ((f == "pct" || f == "ratio") && v ~ /^n\/a/) return "–"
+      if (f == "text" || v == "" || v ~ /^n\/a/) return v
+      if (f == "pct") return v "%"
+      if (f == "ratio") return sprintf("%.2f", v)
+      if (f == "mib") return sprintf("%.1f", v / 1024)
+      return sprintf(f, v)
+    }
     NR == 1 {
-      print "| server | " unit " | req/s | spread | mean ms | p99 ms | failures | CPU µs/req | ctx sw/req | syscalls/req | peak RSS MiB | peak threads | check |"
-      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+      n = split(list, item, " ")
+      heading = "|"; align = "|"
+      for (i = 1; i <= n; i++) {
+        split(item[i], part, ":"); fmt[i] = part[3]; col[i] = 0
+        for (j = 1; j <= NF; j++) if ($j == part[1]) col[i] = j
+        if (!col[i]) { print "markdown_table: no column " part[1] > "/dev/stderr"; exit 1 }
+        gsub(/_/, " ", part[2])
+        heading = heading " " part[2] " |"
+        align = align ((fmt[i] == "text" || fmt[i] == "server") ? "---|" : "---:|")
+      }
+      print heading; print align
       next
     }
     {
-      name = ($1 == "nginx") ? "nginx (reference)" : $1
-      spread = ($7 == "n/a") ? "–" : $7 "%"
-      rss = ($14 == "n/a") ? "n/a" : sprintf("%.1f", $14 / 1024)
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, $2, num($4, "%.0f"),
-        spread, num($8, "%.3f"), num($9, "%.2f"), $10, num($11, "%.1f"), num($12, "%.2f"), num($13, "%.1f"), rss,
-        num($15, "%.0f"), $16
+      line = "|"
+      for (i = 1; i <= n; i++) line = line " " cell($col[i], fmt[i]) " |"
+      print line
     }' "$summary_csv"
+}
+
+throughput_table() {
+  local unit=c
+  if [[ $tool == wrk ]]; then unit=connections; fi
+  markdown_table "server:server:server concurrency:$unit:%s requests_per_s:req/s:%.0f vs_nginx:vs_nginx:ratio
+    spread_pct:spread:pct mean_ms:mean_ms:%.3f p99_ms:p99_ms:%.2f failures:failures:%s
+    cpu_us_per_req:CPU_µs/req:%.1f ctxsw_per_req:ctx_sw/req:%.2f syscalls_per_req:syscalls/req:%.1f
+    peak_rss_kib:peak_RSS_MiB:mib peak_threads:peak_threads:%.0f check:check:text"
+}
+
+files_table() {
+  markdown_table "server:server:server file:file:text connections:connections:%s requests_per_s:req/s:%.0f
+    mib_per_s:MiB/s:%.0f vs_nginx:vs_nginx:ratio spread_pct:spread:pct mean_ms:mean_ms:%.3f p99_ms:p99_ms:%.2f
+    failures:failures:%s cpu_us_per_req:CPU_µs/req:%.1f ctxsw_per_req:ctx_sw/req:%.2f
+    syscalls_per_req:syscalls/req:%.1f peak_rss_kib:peak_RSS_MiB:mib check:check:text"
 }
 
 connection_table() {  # raw.csv of the connection mode -> Markdown
@@ -958,10 +1284,12 @@ plot_results() {
   local data=$results_dir/plot.dat index=0 name plots_rps=() plots_p99=() label
   : >"$data"
   for name in "${servers[@]}"; do
-    if ! awk -F, -v s="$name" '$1 == s && $4 != "n/a" { found = 1 } END { exit !found }' "$summary_csv"; then
-      continue  # did not start: nothing to draw
-    fi
-    { awk -F, -v s="$name" '$1 == s && $4 != "n/a" { print $2, $4, $9 }' "$summary_csv"; printf '\n\n'; } >>"$data"
+    # concurrency, req/s and p99 of this server's rows, found by their column names in summary.csv
+    awk -F, -v s="$name" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+      $1 == s && $col["requests_per_s"] != "n/a" { print $2, $col["requests_per_s"], $col["p99_ms"] }' \
+      "$summary_csv" >"$TMP/plot.rows"
+    if [[ ! -s $TMP/plot.rows ]]; then continue; fi  # did not start: nothing to draw
+    { cat "$TMP/plot.rows"; printf '\n\n'; } >>"$data"
     label=$name
     if [[ $name == nginx ]]; then label="nginx (reference)"; fi
     plots_rps+=("'$data' index $index using 1:2 with linespoints title '$label'")
@@ -1000,10 +1328,11 @@ EOF
 }
 
 write_summary() {
-  local md=$results_dir/summary.md load_desc
+  local md=$results_dir/summary.md load_desc entry files_desc=""
   if [[ $tool == wrk ]]; then load_desc="wrk, $duration per run, keep-alive, $wrk_threads client thread(s), --latency"
   else load_desc="ab, $requests requests per run, $( ((keepalive)) && echo "keep-alive (-k)" || echo "a new connection per request")"; fi
   if [[ $mode == connections ]]; then load_desc="idle_conns: N idle keep-alive connections, then 5 new clients timed"; fi
+  for entry in "${FILES[@]}"; do files_desc+="${files_desc:+, }${entry%%:*} (${entry#*:} bytes)"; done
   {
     echo "# Benchmark: $mode, $start_time to $(date '+%H:%M:%S %Z')"
     echo
@@ -1012,19 +1341,33 @@ write_summary() {
     echo "- Commit: $commit; servers built in $build_dir ($build_type)"
     echo "- Command: \`$command_line\`"
     echo "- Load: $load_desc"
-    if [[ $mode == throughput ]]; then
-      echo "- Repetitions: $repeat per server and concurrency; the table gives the median of each column, and the spread of req/s as (max - min) / median"
-      echo "- Server flags: --delay-us $delay_us --handler $handler${threads:+ --threads $threads}; pinning: $( ((pin)) && echo "single-threaded servers on CPU 0, client on CPU 1" || echo off)"
-      echo "- Server counters: CPU from /proc (utime+stime), context switches and syscalls: $( [[ $perf_state == ok ]] && echo "perf stat -p" || echo "$perf_state")"
+    if [[ $mode == files ]]; then
+      echo "- Files: $files_desc, in one folder made for the run; before its runs, each server's answer for each file (and for /, its index.html) is fetched once with curl and compared with cmp, and every run checks the bytes wrk read"
+    fi
+    if [[ $mode != connections ]]; then
+      echo "- Repetitions: $repeat per server and $( [[ $mode == files ]] && echo "file and connection count" || echo concurrency); the table gives the median of each column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by nginx's in the same run"
+      echo "- Server flags: $( [[ $mode == files ]] && echo "--root DIR ")--delay-us $delay_us --handler $handler${threads:+ --threads $threads}; pinning: $( ((pin)) && echo "single-threaded servers on CPU 0, client on CPU 1" || echo off)"
+      echo "- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads included), context switches and syscalls: $( [[ $perf_state == ok ]] && echo "perf stat -p" || echo "$perf_state")"
     else
       echo "- Server flags: --delay-us $delay_us --handler $handler${threads:+ --threads $threads} --idle-timeout 600"
     fi
-    if ((reference)); then echo "- Reference: nginx $(nginx_version) serving a $BODY_BYTES-byte file, worker_processes $nginx_workers, access_log off"; fi
+    if [[ " ${servers[*]} " == *:* ]]; then
+      echo "- Variants: a row named SERVER:--flag=value ran with \`--flag value\` added after the flags above"
+    fi
+    if ((reference)) && [[ $mode == files ]]; then
+      echo "- Reference: nginx $(nginx_version) serving the same folder, sendfile on, tcp_nopush on, worker_processes $nginx_workers, access_log off"
+    elif ((reference)); then
+      echo "- Reference: nginx $(nginx_version) serving a $BODY_BYTES-byte file, worker_processes $nginx_workers, access_log off"
+    fi
     echo "- Tools: ab $ab_version$( [[ $tool == wrk ]] && echo ", $(wrk -v 2>&1 | awk 'NR == 1 { print $1, $2 }')")"
     echo "- Before the run: CPUs $busy % busy, load average $start_load"
     if ((failures > 0)); then echo "- **Checks: $failures failed** (see the check column and $log_file)"; else echo "- Checks: all passed"; fi
     echo
-    if [[ $mode == throughput ]]; then throughput_table; else connection_table; fi
+    case $mode in
+      throughput) throughput_table ;;
+      files) files_table ;;
+      connections) connection_table ;;
+    esac
     echo
     if ((${#warnings[@]} > 0)); then
       echo "Warnings:"
@@ -1061,23 +1404,28 @@ main() {
   if ((keepalive)); then plot_title+=" keep-alive"; fi
   plot_title+=", --delay-us $delay_us --handler $handler, $cpu_count CPUs, kernel $kernel, commit $commit"
 
-  local name
-  if [[ $mode == throughput ]]; then
-    total_runs=$((${#servers[@]} * ${#concurrencies[@]} * repeat))
-    echo "server,concurrency,repetition,requests_per_s,mean_ms,p99_ms,complete,failed,non2xx,cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check" >"$raw_csv"
-    local rep
-    for ((rep = 1; rep <= repeat; rep++)); do
-      for name in "${servers[@]}"; do benchmark_server "$name" "$rep"; done
-    done
-    summarize_runs >"$summary_csv"
-    write_summary
-    plot_results
-  else
+  local name rep
+  if [[ $mode == connections ]]; then
     total_runs=$((${#servers[@]} * ${#conn_counts[@]}))
     echo "server,connections,held,refused,closed,blocked,dropped,rss_kib_per_conn,threads_per_conn,fds_per_conn,probe_ok,probe_refused,probe_timeout,probe_median_ms,probe_max_ms,after_status,check" >"$raw_csv"
     for name in "${servers[@]}"; do connection_cost "$name"; done
     cp "$raw_csv" "$summary_csv"
     write_summary
+  else
+    set_targets
+    if [[ $mode == files ]]; then
+      make_files
+      echo "$RAW_FILES" >"$raw_csv"
+    else
+      echo "$RAW_THROUGHPUT" >"$raw_csv"
+    fi
+    total_runs=$((${#servers[@]} * ${#targets[@]} * ${#concurrencies[@]} * repeat))
+    for ((rep = 1; rep <= repeat; rep++)); do
+      for name in "${servers[@]}"; do benchmark_server "$name" "$rep"; done
+    done
+    summarize_runs >"$summary_csv"
+    write_summary
+    if [[ $mode == throughput ]]; then plot_results; fi
   fi
 
   say ""
