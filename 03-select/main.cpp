@@ -10,6 +10,7 @@
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
 // Run:    ./run_server            (./run_server --help for the flags)
 // Try:    curl -i http://127.0.0.1:8080/
+#include <netinet/tcp.h>
 #include <sys/select.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "../common/lifecycle.hpp"
 #include "../common/net.hpp"
 #include "../common/options.hpp"
+#include "../common/response.hpp"
 #include "../common/timers.hpp"
 
 namespace {
@@ -35,6 +37,11 @@ using Clock = std::chrono::steady_clock;
 // connects cannot starve the connections already open. Readiness is level-triggered, so the rest wait one turn.
 constexpr int kAcceptBatch = 64;
 
+// Linux reports a socket writable only once a third of its send buffer is free, and grows that buffer up to 4 MiB:
+// a reader taking a file at 100 KB/s would show no write progress for 13 s, and be closed as stalled. Capping the
+// bytes the kernel holds unsent (TCP_NOTSENT_LOWAT) makes the socket writable again every 8 KiB the reader takes.
+constexpr int kUnsentLimit = 16 * 1024;
+
 // [excerpt:connection]
 // The life of one connection. It handles one request at a time; pipelined requests wait in `in` for their turn.
 //
@@ -43,12 +50,17 @@ constexpr int kAcceptBatch = 64;
 //               | |   \                                                             | the timer fires
 //               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> close: sent with
 //               | |                                                                 |        Connection: close, or
-//               | `--> close: EOF, error, idle timeout, stop                        |        stopping; error; idle
-//               `------------------ whole response sent, keep-alive ----------------'
+//               | `--> close: EOF, error, request deadline, stop                    |        stopping; error; a
+//               `------------------ whole response sent, keep-alive ----------------'        stalled reader
 //
-//   READING: wants input; the idle deadline runs.   WAITING: no I/O at all (bytes that arrive wait in the kernel).
-//   WRITING: wants writability while `out` has unsent bytes; a peer that takes nothing for the idle timeout is
-//   closed too (as SO_SNDTIMEO does in the blocking chapters).
+//   READING: wants input. The request deadline (--idle-timeout) counts from when it began waiting (accept, or the
+//   previous response sent); reads do not push it back, so a client that dribbles its head is closed all the same.
+//   WAITING: no I/O at all (bytes that arrive wait in the kernel), and no deadline.
+//   WRITING: wants writability until `out` is all sent: its head, then (with --root) its file by sendfile() from
+//   the saved offset, as much as the socket takes each time. A reader that takes nothing for the idle timeout is
+//   closed, like SO_SNDTIMEO in the blocking chapters; a slow one that keeps reading is not (see kUnsentLimit).
+//   Not handled here: the disk. Opening a file and reading it (in sendfile) block the loop while the disk works;
+//   readiness says nothing about regular files, which always count as ready. Chapter 06 makes that I/O asynchronous.
 enum class State { kReading, kWaiting, kWriting };
 
 struct Conn {
@@ -57,10 +69,8 @@ struct Conn {
   State state = State::kReading;
   std::string in;                 // bytes received and not yet answered: may hold pipelined requests
   http::Request request;          // WAITING: the request the handler is working on
-  std::string out;                // WRITING: the response, and how much of it the kernel has taken
-  std::size_t sent = 0;
-  bool close_after = false;       // close once `out` is sent (an error response, or no keep-alive)
-  Clock::time_point last_active;  // the last read, write or response: the idle deadline counts from here
+  Outgoing out;                   // WRITING: the response, how far it has got, and whether to close after it
+  Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
 };
 // [/excerpt:connection]
 
@@ -120,15 +130,16 @@ class Loop {
       if (!client.valid()) return;  // the queue is empty (EAGAIN), or the connection was lost or shed (EMFILE)
       int fd = client.get();
       if (fd >= FD_SETSIZE) {  // FD_SET() would write past the end of the fd_set: refuse this one, stay up
-        std::size_t sent = 0;
-        send_some(fd, http::error_response(503), sent);  // best effort; then the Fd closes it
+        Outgoing refusal = refuse(503);
+        send_some(fd, refusal);  // best effort; then the Fd closes it
         continue;
       }
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLimit, sizeof kUnsentLimit);
       Conn& c = conns_[fd];
       c.fd = std::move(client);
       c.generation = ++generations_;
-      c.last_active = Clock::now();
-      timers_.add(c.last_active + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
+      c.idle_since = Clock::now();
+      timers_.add(c.idle_since + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
       max_fd_ = std::max(max_fd_, fd);  // never lowered: a stale mark only makes select() look at a few more bits
       watch(c);
     }
@@ -139,13 +150,11 @@ class Loop {
     long n = recv_into(c.fd.get(), c.in);
     if (n == -2) return;               // nothing to read after all
     if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
-    c.last_active = Clock::now();
-    advance(c);
+    advance(c);                        // (no new idle_since: the request deadline holds however often bytes come)
   }
 
-  void start_writing(Conn& c, std::string response) {
+  void start_writing(Conn& c, Outgoing response) {
     c.out = std::move(response);
-    c.sent = 0;
     c.state = State::kWriting;
   }
 
@@ -154,22 +163,21 @@ class Loop {
   void advance(Conn& c) {
     for (;;) {
       if (c.state == State::kWriting) {
-        if (!send_some(c.fd.get(), c.out, c.sent)) return close_conn(c);  // the peer reset or vanished
-        c.last_active = Clock::now();
-        if (c.sent < c.out.size()) break;  // a short write: the send buffer is full, wait until it is writable
-        if (c.close_after || stopping_) return close_conn(c);
+        SendProgress progress = send_some(c.fd.get(), c.out);
+        if (progress == SendProgress::kFailed) return close_conn(c);  // the peer reset or vanished, or the file shrank
+        c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
+        if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
+        if (!c.out.keep_alive || stopping_) return close_conn(c);
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
       http::Parse p = http::parse_request(c.in);
       if (p.status == http::Parse::kIncomplete) break;  // read more, only now that we need more
       if (p.status == http::Parse::kError) {
-        c.close_after = true;
-        start_writing(c, http::error_response(p.error));
+        start_writing(c, refuse(p.error));  // with Connection: close: after a framing error, nothing can follow
         continue;
       }
       c.in.erase(0, p.length);  // the request is in p; the next pipelined one, if any, is now at the front
-      c.close_after = !p.request.keep_alive;
       if (handler_needs_timer(opts_)) {
         c.request = p.request;
         c.state = State::kWaiting;
@@ -177,7 +185,7 @@ class Loop {
         break;
       }
       run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
-      start_writing(c, http::response(p.request));
+      start_writing(c, respond(opts_, p.request));
     }
     watch(c);
   }
@@ -199,12 +207,12 @@ class Loop {
     Conn& c = it->second;
     if (t.kind == Timer::kHandler) {
       if (c.state != State::kWaiting) return;
-      start_writing(c, http::response(c.request));
+      start_writing(c, respond(opts_, c.request));
       return advance(c);
     }
-    // The idle check. Reads and writes do not touch the heap; they move last_active, and the check looks at the
-    // real deadline now: past it, close; otherwise look again then. (The handler's wait never counts as idle.)
-    Clock::time_point deadline = c.last_active + opts_.idle_timeout;
+    // The deadline check. Write progress and finished responses move idle_since, not the heap: the check looks at
+    // the real deadline now; past it, close, otherwise look again then. (The handler's wait never counts.)
+    Clock::time_point deadline = c.idle_since + opts_.idle_timeout;
     if (c.state == State::kWaiting) deadline = now + opts_.idle_timeout;
     if (deadline <= now) return close_conn(c);
     timers_.add(deadline, t);  // each connection has exactly one idle timer in the heap
