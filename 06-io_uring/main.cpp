@@ -1,24 +1,23 @@
 // 06-io_uring: completion-based event loops on io_uring (liburing), one ring and one listener per thread.
 //
 // Chapter 05 asked the kernel "which sockets are ready?" and then made every call itself. Here the loop hands the
-// kernel the calls themselves (accept, recv, send, a timer) as submission queue entries (SQEs) and later reaps one
-// completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait() per loop turn submits
-// everything the last turn queued and sleeps until something completes: one system call per batch, not per call.
-// This is the plain version; SQPOLL, multishot accept and recv, and registered or provided buffers are the advanced
-// options of a later chapter, and each would slot into get_sqe(), the user_data layout or Conn below.
+// kernel the calls themselves (accept, recv, send, splice, a timer) as submission queue entries (SQEs) and later
+// reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait() per loop turn
+// submits everything the last turn queued and sleeps until something completes: one system call per batch, not per
+// call. This is the plain version; SQPOLL, multishot accept and recv, and registered or provided buffers are the
+// advanced options of a later chapter, and each would slot into get_sqe(), the user_data layout or Conn below.
 //
 // Needs:  Linux 5.7 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp -luring
-// Run:    ./run_server            (one loop per core; ./run_server --help for the flags)
+// Run:    ./run_server            (one loop per core; --root DIR serves files; --help lists the flags)
 // Try:    curl -i http://127.0.0.1:8080/
 #include <liburing.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,12 +28,20 @@
 #include "../common/lifecycle.hpp"
 #include "../common/net.hpp"
 #include "../common/options.hpp"
+#include "../common/response.hpp"
+#include "../common/uring.hpp"
 
 namespace {
 
 constexpr unsigned kRingEntries = 1024;  // SQ slots; the CQ gets twice as many and the kernel holds any overflow
 constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
+constexpr off_t kSpliceMax = 1 << 30;  // the most one file splice asks for; the kernel moves what fits in the pipe
+constexpr int kPipeSize = 1 << 20;  // not the default 64 KiB: wrk -c100 then fetched a 1 MB file ~1.5x as often
+// A socket is writable again only once a third of its send buffer (grown up to 4 MiB) is free: a slow reader could
+// show no progress for longer than --idle-timeout while still reading. Capping what waits unsent (TCP_NOTSENT_LOWAT,
+// inherited from the listener) makes the socket writable each time the reader takes some, as in 05.
+constexpr int kUnsentLimit = 128 * 1024;
 
 // [excerpt:user-data]
 // Every SQE carries 64 bits of user_data that come back, unchanged, in its CQE. We pack into them what the loop
@@ -48,7 +55,8 @@ constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed
 // Ops that belong to no connection (accept, stop, ...) leave the two low fields 0. A slot's generation goes up each
 // time the slot is reused, so a completion naming an older generation is for a connection that is gone.
 enum class Op : std::uint8_t {
-  kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel, kRecv, kDeadline, kTimer, kSend
+  kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel,          // the loop's and the listener's
+  kRecv, kDeadline, kTimer, kSend, kFileToPipe, kPipeToSocket, kWritable,  // a connection's
 };
 
 constexpr std::uint32_t kGenerationMask = 0xFFFFFF;
@@ -74,20 +82,20 @@ constexpr Tag decode(std::uint64_t data) {
 //
 //      accept
 //        |
-//        v      recv + linked idle deadline
-//     READING ------------- EOF, error, idle deadline (-ECANCELED), stop -------------+
+//        v      recv + linked request deadline
+//     READING ------------- EOF, error, request deadline (-ECANCELED), stop ----------+
 //        | bytes arrived                                                              |
 //        v                                                                            |
 //   +--> parse the buffer --- incomplete ---> READING                                 |
 //   |    |       |                                                                    |
-//   |    |       +--- malformed ---> SENDING the 4xx, then ---------------------------+
+//   |    |       +--- malformed ---> SENDING refuse(4xx), then -----------------------+
 //   |    | a whole request                                                            |
 //   |    v                                                                            |
 //   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                |
-//   |    | -ETIME: it fired                                                           |
+//   |    | -ETIME: it fired; out = respond(request)                                   |
 //   |    v                                                                            v
-//   |  SENDING   send + linked deadline; short send: send the rest --- !keep-alive, -> CLOSING
-//   |    | all sent, keep-alive                                        error, stop    |
+//   |  SENDING   the head, then the file (see send_more) ---- !keep-alive, error, -> CLOSING
+//   |    | all sent, keep-alive: a new request deadline       idle timeout, stop      |
 //   +----+                                                                            | in_flight == 0
 //                                                                                     v
 //                                                         ::close(fd), slot freed, generation + 1
@@ -96,9 +104,9 @@ constexpr Tag decode(std::uint64_t data) {
 //
 // Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
 // pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
-// write `chunk` or read `out`; in_flight counts those SQEs (+1 queued, -1 reaped). A connection's fd is closed and
-// its slot reused only once it is CLOSING and in_flight is 0. So a completion never finds its buffer freed or its
-// slot reused; the generation check in dispatch() is a second line of defence that drops such a completion.
+// write `chunk` or read `out.head`, and uses its descriptors; in_flight counts those SQEs (+1 queued, -1 reaped).
+// A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
+// finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
 //
 // We close with a plain ::close(fd), not IORING_OP_CLOSE: by the rule above nothing of the connection is in
 // flight any more, and closing a socket does not block (the FIN goes out in the background). IORING_OP_CLOSE
@@ -110,34 +118,18 @@ struct Conn {
   std::uint32_t generation = 0;  // bumped when the slot is freed
   int fd = -1;
   State state = State::kFree;
+  Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop cancels
   int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
   std::string in;     // bytes received and not yet answered; may hold several pipelined requests
   std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
+  __kernel_timespec deadline{};        // READING: when the request must be complete (absolute; see arm_recv)
   http::Request request;               // WAITING: the request the timer runs for
   std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
-  bool keep_alive = false;
-  std::string out;       // SENDING: the response; never modified while a send of it is in flight
-  std::size_t sent = 0;  // how much of `out` the kernel has taken
+  Outgoing out;                        // SENDING: the response (common/response.hpp)
+  Fd pipe_rd, pipe_wr;                 // the pipe files go through: made for the first one, closed with the Conn
+  std::size_t piped = 0;               // bytes of the file in the pipe, not yet spliced to the socket
 };
 // [/excerpt:connection]
-
-__kernel_timespec to_kernel_timespec(std::chrono::nanoseconds d) {
-  return {static_cast<long long>(d.count() / 1'000'000'000), static_cast<long long>(d.count() % 1'000'000'000)};
-}
-
-// One sentence on why io_uring cannot be used here; the tests recognise "io_uring is unavailable" and skip.
-std::string unavailable(int error) {
-  std::string why = std::strerror(error);
-  if (error == ENOSYS) why = "the kernel does not provide it (ENOSYS: too old, built without it, or filtered)";
-  if (error == EPERM) {
-    int disabled = 0;
-    std::ifstream("/proc/sys/kernel/io_uring_disabled") >> disabled;
-    why = disabled == 2   ? "the sysctl kernel.io_uring_disabled is 2 (EPERM)"
-          : disabled == 1 ? "the sysctl kernel.io_uring_disabled is 1 and this user is not in kernel.io_uring_group"
-                          : "a seccomp filter or security policy forbids it (EPERM), as Docker's default profile does";
-  }
-  return "io_uring is unavailable: " + why;
-}
 
 // One event loop: a ring, a listener, and the connections it accepted. Used by one thread only.
 class Loop {
@@ -162,6 +154,7 @@ class Loop {
  private:
   io_uring_sqe* get_sqe(unsigned count = 1);
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr);
+  void tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags = 0);
   void dispatch(std::uint64_t user_data, int res);
   void arm_accept();
   void arm_listen_wait(Op op);
@@ -170,9 +163,10 @@ class Loop {
   void open_conn(int fd);
   void process(Conn& c);
   void arm_recv(Conn& c);
-  void start_send(Conn& c);
-  void link_deadline(Conn& c);
-  void on_send(Conn& c, int res);
+  void answer(Conn& c);
+  void send_more(Conn& c);
+  void on_sent(Conn& c, Op op, int res);
+  void response_sent(Conn& c);
   void cancel_and_close(Conn& c);
   void close_conn(Conn& c);
   void release(Conn& c);
@@ -202,13 +196,26 @@ io_uring_sqe* Loop::get_sqe(unsigned count) {
 // Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
 void Loop::tag(io_uring_sqe* sqe, Op op, Conn* c) {
   io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
-  if (c) ++c->in_flight;
+  if (!c) return;
+  ++c->in_flight;
+  if (op != Op::kDeadline) c->op = op;
 }
 // [/excerpt:get-sqe]
+
+// Tags `sqe` (from get_sqe(2)) and links a timeout to it: if `sqe` has not completed by `when`, the kernel cancels
+// it (-ECANCELED). The kernel reads `when` as it takes the SQE, so `when` lives in the Conn or the Loop.
+void Loop::tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags) {
+  sqe->flags |= IOSQE_IO_LINK;
+  tag(sqe, op, &c);
+  io_uring_sqe* timeout = get_sqe();
+  io_uring_prep_link_timeout(timeout, &when, flags);
+  tag(timeout, Op::kDeadline, &c);
+}
 
 // [excerpt:loop-turn]
 void Loop::run(Fd listener) {
   listener_ = std::move(listener);
+  ::setsockopt(listener_.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLimit, sizeof kUnsentLimit);
   arm_accept();
   // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
   io_uring_sqe* sqe = get_sqe();
@@ -259,29 +266,26 @@ void Loop::dispatch(std::uint64_t user_data, int res) {
     return;
   }
   switch (t.op) {
-    case Op::kRecv:  // 0: EOF; -ECANCELED: the idle deadline fired (or the stop cancelled it); <0: reset...
+    case Op::kRecv:  // 0: EOF; -ECANCELED: the request deadline passed (or the stop cancelled it); <0: reset...
       if (res <= 0) return close_conn(c);
       c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
       return process(c);
     case Op::kTimer:  // -ETIME is the normal end of a timeout; -ECANCELED means the stop grace ran out
-      if (res != -ETIME) return close_conn(c);
-      c.out = http::response(c.request);
-      c.sent = 0;
-      return start_send(c);
-    case Op::kSend: return on_send(c, res);
-    default: return;  // kDeadline: -ECANCELED (its op completed first) or -ETIME (its op now ends -ECANCELED)
+      return res == -ETIME ? answer(c) : close_conn(c);
+    case Op::kDeadline: return;  // -ECANCELED (its op completed first) or -ETIME (its op now ends -ECANCELED)
+    default: return on_sent(c, t.op, res);
   }
 }
 // [/excerpt:loop-turn]
 
 // [excerpt:accept]
-// No SOCK_NONBLOCK on accepted sockets: io_uring waits for readiness itself, and a blocking socket means a recv or
-// send handed to a kernel worker waits there instead of failing with -EAGAIN. The listener from listen_sockets()
-// is O_NONBLOCK; we leave it so. Recent kernels ignore that flag for IORING_OP_ACCEPT and wait (checked on 6.18);
-// some 5.x kernels completed the accept with -EAGAIN at once, which takes the error path below: no spin either.
+// Accepted sockets are non-blocking for splice's sake (see send_more): io_uring's recv, send and poll wait for
+// readiness themselves whatever the flag. The listener from listen_sockets() is O_NONBLOCK too. Recent kernels
+// ignore that for IORING_OP_ACCEPT and wait (checked on 6.18); some 5.x kernels completed the accept with -EAGAIN
+// at once, which takes the error path below: no spin either.
 void Loop::arm_accept() {
   io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+  io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   tag(sqe, Op::kAccept);
   listen_op_ = Op::kAccept;
 }
@@ -294,7 +298,6 @@ void Loop::arm_accept() {
 // for a client, so re-arming the accept straight away would spin. BACKOFF covers a client we can neither take nor
 // shed: the shed frees its spare descriptor for a moment, another loop's accept can take it, and the spare is lost
 // (seen with 2 loops and 64 descriptors); READY would then fire at once, forever.
-// TODO(common): shed_pending_connection() should reopen a lost spare on its next call (and return whether it shed).
 void Loop::arm_listen_wait(Op op) {
   io_uring_sqe* sqe = get_sqe();
   if (op == Op::kBackoff)
@@ -331,11 +334,10 @@ void Loop::on_stop() {
   tag(sqe, Op::kGrace);
 }
 
-// Cancels the connection's one operation; its CQE (and its deadline's) then find it CLOSING and release it.
+// Cancels the connection's one operation; its CQE (and its timeout's) then find it CLOSING and release it.
 void Loop::cancel_and_close(Conn& c) {
-  Op op = c.state == State::kReading ? Op::kRecv : c.state == State::kWaiting ? Op::kTimer : Op::kSend;
   io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_cancel64(sqe, encode(op, c.generation, c.slot), 0);
+  io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
   tag(sqe, Op::kCancel);
   close_conn(c);
 }
@@ -352,6 +354,7 @@ void Loop::open_conn(int fd) {
   Conn& c = *conns_[free_.back()];
   free_.pop_back();
   c.fd = fd;
+  c.deadline = monotonic_in(opts_.idle_timeout);  // the first request must be complete by then
   ++live_;
   arm_recv(c);
 }
@@ -362,14 +365,11 @@ void Loop::process(Conn& c) {
   http::Parse p = http::parse_request(c.in);
   if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
   if (p.status == http::Parse::kError) {
-    c.keep_alive = false;
-    c.out = http::error_response(p.error);
-    c.sent = 0;
-    return start_send(c);
+    c.out = refuse(p.error);
+    return send_more(c);
   }
   c.request = std::move(p.request);
   c.request_length = p.length;
-  c.keep_alive = c.request.keep_alive;
   if (handler_needs_timer(opts_)) {
     c.state = State::kWaiting;
     io_uring_sqe* sqe = get_sqe();
@@ -378,48 +378,111 @@ void Loop::process(Conn& c) {
     return;
   }
   run_handler_here(opts_);  // --handler sleep or spin (or --delay-us 0): the whole loop waits, on purpose
-  c.out = http::response(c.request);
-  c.sent = 0;
-  start_send(c);
+  answer(c);
 }
 
-// A recv, linked to a deadline: if no byte arrives within --idle-timeout, the LINK_TIMEOUT fires and the recv
-// completes with -ECANCELED. Each recv gets a fresh deadline, so the clock restarts on every read.
+// A recv, linked to the request deadline: when it passes, the recv completes with -ECANCELED. The deadline is
+// absolute (IORING_TIMEOUT_ABS, on CLOCK_MONOTONIC) and set once per request, when we start waiting for it, so all
+// the recvs of one request share it: a client that dribbles its head a byte at a time (slowloris) is closed
+// --idle-timeout seconds after it began, however often it sends. A relative timeout would restart at every byte.
 void Loop::arm_recv(Conn& c) {
   c.state = State::kReading;
   io_uring_sqe* sqe = get_sqe(2);
   io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
-  sqe->flags |= IOSQE_IO_LINK;
-  tag(sqe, Op::kRecv, &c);
-  link_deadline(c);
+  tag_with_timeout(sqe, Op::kRecv, c, c.deadline, IORING_TIMEOUT_ABS);
 }
 
-// Sends out[sent...]. The same deadline guards it: a peer that reads nothing for --idle-timeout (it vanished, or
-// never reads) is closed, as SO_SNDTIMEO does in the blocking chapters.
-void Loop::start_send(Conn& c) {
-  c.state = State::kSending;
-  io_uring_sqe* sqe = get_sqe(2);
-  io_uring_prep_send(sqe, c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-  sqe->flags |= IOSQE_IO_LINK;
-  tag(sqe, Op::kSend, &c);
-  link_deadline(c);
-}
-
-void Loop::link_deadline(Conn& c) {
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_link_timeout(sqe, &idle_, 0);
-  tag(sqe, Op::kDeadline, &c);
-}
-
-void Loop::on_send(Conn& c, int res) {
-  if (res <= 0) return close_conn(c);  // reset, EPIPE, or -ECANCELED: the deadline fired or the grace ran out
-  c.sent += static_cast<std::size_t>(res);
-  if (c.sent < c.out.size()) return start_send(c);  // a short send: the kernel took part of it; send the rest
-  if (!c.keep_alive || stopping_) return close_conn(c);
-  c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
-  process(c);
+// The handler is done: build the response and send it. A marked shortcut: with --root, respond() opens the file
+// with a synchronous openat2() in the loop thread (quick from the dentry cache, but a cold disk stalls every
+// connection of this loop); IORING_OP_OPENAT2 and IORING_OP_STATX would make that asynchronous too.
+void Loop::answer(Conn& c) {
+  c.out = respond(opts_, c.request);
+  send_more(c);
 }
 // [/excerpt:protocol]
+
+// [excerpt:send-file]
+// SENDING: the head from memory, then the file through the connection's pipe. Each arrow is one operation:
+//
+//     send head + linked idle timeout ---- short send: send the rest
+//       | all sent
+//       v
+//   +-> left == 0? --- yes ---> the response is sent: close, or wait for the next request
+//   |     | no
+//   |     v
+//   |   splice file -> pipe at `offset` ------ 0 (the file shrank), error ---> CLOSING
+//   |     | n bytes in the pipe
+//   |     v
+//   |   splice pipe -> socket ---------------- -EAGAIN ---> poll POLLOUT + linked idle timeout
+//   |     | short: splice the rest  <------------------------ room again      (-ECANCELED: CLOSING)
+//   +-----+ the pipe is empty
+//
+// splice() moves page references, not bytes: page cache -> pipe -> socket, never through user space (read() and
+// send() would copy each byte twice). io_uring runs every splice in a kernel worker thread (io-wq), and two rules
+// keep those workers from ever waiting on a client. The pipe is empty when we fill it, so the file splice never
+// waits for room in it. The socket is non-blocking, so the socket splice takes what fits or fails with -EAGAIN,
+// and we wait for room with a poll, under the same no-progress timeout as a send. (Into a blocking socket the
+// splice would wait in its worker until the client had read it all, and a LINK_TIMEOUT could not end it: seen on
+// 6.18.) The two splices are not linked: a chain goes on only if an operation moves all it was asked for, and the
+// file splice moves what fits in the pipe, which would end the chain with -ECANCELED.
+//
+// send_more() queues the next step from what is left: the head, then the bytes in the pipe, then the file.
+void Loop::send_more(Conn& c) {
+  c.state = State::kSending;
+  Outgoing& out = c.out;
+  if (out.done() && c.piped == 0) return response_sent(c);
+  if (out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return close_conn(c);  // out of descriptors
+    c.pipe_rd.reset(fds[0]);
+    c.pipe_wr.reset(fds[1]);
+    ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);  // refused past fs.pipe-max-size or -user-pages-soft: 64 KiB then
+  }
+  io_uring_sqe* sqe = get_sqe(2);  // 2: room for a linked timeout
+  if (out.head_sent < out.head.size()) {
+    int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
+    io_uring_prep_send(sqe, c.fd, out.head.data() + out.head_sent, out.head.size() - out.head_sent,
+                       MSG_NOSIGNAL | more);
+    tag_with_timeout(sqe, Op::kSend, c, idle_);
+  } else if (c.piped > 0) {
+    io_uring_prep_splice(sqe, c.pipe_rd.get(), -1, c.fd, -1, static_cast<unsigned>(c.piped), 0);
+    tag(sqe, Op::kPipeToSocket, &c);
+  } else {
+    auto count = static_cast<unsigned>(std::min(out.left, kSpliceMax));
+    io_uring_prep_splice(sqe, out.file.get(), out.offset, c.pipe_wr.get(), -1, count, 0);
+    tag(sqe, Op::kFileToPipe, &c);
+  }
+}
+
+void Loop::on_sent(Conn& c, Op op, int res) {
+  if (op == Op::kPipeToSocket && res == -EAGAIN) {  // the socket is full: wait for room, --idle-timeout at most
+    io_uring_sqe* sqe = get_sqe(2);
+    io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
+    return tag_with_timeout(sqe, Op::kWritable, c, idle_);
+  }
+  // Reset, EPIPE, -ECANCELED (the idle timeout fired, or the stop grace ran out)... or 0 from the file: it shrank,
+  // and the Content-Length we promised can no longer be kept. Closing tells the client its copy is short.
+  if (res <= 0) return close_conn(c);
+  auto n = static_cast<std::size_t>(res);
+  if (op == Op::kSend) c.out.head_sent += n;
+  if (op == Op::kPipeToSocket) c.piped -= n;
+  if (op == Op::kFileToPipe) {
+    c.piped = n;
+    c.out.offset += res;
+    c.out.left -= res;
+    if (c.out.left == 0) c.out.file.reset();  // the rest is in the pipe: the file can be closed
+  }
+  send_more(c);  // after kWritable: there is room again
+}
+
+// The whole response is out: close, or wait for the next request, whose deadline starts now.
+void Loop::response_sent(Conn& c) {
+  if (!c.out.keep_alive || stopping_) return close_conn(c);
+  c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
+  c.deadline = monotonic_in(opts_.idle_timeout);
+  process(c);
+}
+// [/excerpt:send-file]
 
 void Loop::close_conn(Conn& c) {
   c.state = State::kClosing;
@@ -432,7 +495,9 @@ void Loop::release(Conn& c) {
   c.state = State::kFree;
   c.generation = (c.generation + 1) & kGenerationMask;
   c.in.clear();
-  c.out.clear();
+  c.out = Outgoing();  // closes the file of a response cut short
+  c.pipe_rd.reset();   // and the pipe, with whatever it still held
+  c.pipe_wr.reset();
   free_.push_back(c.slot);
   --live_;
 }
