@@ -37,11 +37,6 @@ using Clock = std::chrono::steady_clock;
 // connects cannot starve the connections already open. Readiness is level-triggered, so the rest wait one turn.
 constexpr int kAcceptBatch = 64;
 
-// Linux reports a socket writable only once a third of its send buffer is free, and grows that buffer up to 4 MiB:
-// a reader taking a file at 100 KB/s would show no write progress for 13 s, and be closed as stalled. Capping the
-// bytes the kernel holds unsent (TCP_NOTSENT_LOWAT) makes the socket writable again every 8 KiB the reader takes.
-constexpr int kUnsentLimit = 16 * 1024;
-
 // [excerpt:connection]
 // The life of one connection. It handles one request at a time; pipelined requests wait in `in` for their turn.
 //
@@ -58,7 +53,7 @@ constexpr int kUnsentLimit = 16 * 1024;
 //   WAITING: no I/O at all (bytes that arrive wait in the kernel), and no deadline.
 //   WRITING: wants writability until `out` is all sent: its head, then (with --root) its file by sendfile() from
 //   the saved offset, as much as the socket takes each time. A reader that takes nothing for the idle timeout is
-//   closed, like SO_SNDTIMEO in the blocking chapters; a slow one that keeps reading is not (see kUnsentLimit).
+//   closed, like SO_SNDTIMEO in the blocking chapters; a slow one that keeps reading is not (see listen_sockets()).
 //   Not handled here: the disk. Opening a file and reading it (in sendfile) block the loop while the disk works;
 //   readiness says nothing about regular files, which always count as ready. Chapter 06 makes that I/O asynchronous.
 enum class State { kReading, kWaiting, kWriting };
@@ -134,7 +129,6 @@ class Loop {
         send_some(fd, refusal);  // best effort; then the Fd closes it
         continue;
       }
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLimit, sizeof kUnsentLimit);
       Conn& c = conns_[fd];
       c.fd = std::move(client);
       c.generation = ++generations_;

@@ -38,10 +38,6 @@ constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never g
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
 constexpr off_t kSpliceMax = 1 << 30;  // the most one file splice asks for; the kernel moves what fits in the pipe
 constexpr int kPipeSize = 1 << 20;  // not the default 64 KiB: wrk -c100 then fetched a 1 MB file ~1.5x as often
-// A socket is writable again only once a third of its send buffer (grown up to 4 MiB) is free: a slow reader could
-// show no progress for longer than --idle-timeout while still reading. Capping what waits unsent (TCP_NOTSENT_LOWAT,
-// inherited from the listener) makes the socket writable each time the reader takes some, as in 05.
-constexpr int kUnsentLimit = 128 * 1024;
 
 // [excerpt:user-data]
 // Every SQE carries 64 bits of user_data that come back, unchanged, in its CQE. We pack into them what the loop
@@ -215,7 +211,6 @@ void Loop::tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec
 // [excerpt:loop-turn]
 void Loop::run(Fd listener) {
   listener_ = std::move(listener);
-  ::setsockopt(listener_.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLimit, sizeof kUnsentLimit);
   arm_accept();
   // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
   io_uring_sqe* sqe = get_sqe();
@@ -344,8 +339,6 @@ void Loop::cancel_and_close(Conn& c) {
 // [/excerpt:stop]
 
 void Loop::open_conn(int fd) {
-  int one = 1;  // as accept_client() does: every response is written whole, so Nagle could only add delay
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (free_.empty()) {
     conns_.push_back(std::make_unique<Conn>());
     conns_.back()->slot = static_cast<std::uint32_t>(conns_.size() - 1);

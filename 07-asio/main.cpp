@@ -1,14 +1,22 @@
-// 07-asio: Boost.Asio, one io_context per thread, completion handlers.
+// 07-asio: Boost.Asio, completion handlers, in the three classic thread topologies.
 //
 // The event loops of chapter 05, with Asio running them. Instead of asking "which sockets are ready?" we start an
 // operation (accept, read, write, wait for a timer) and hand it a lambda; Asio calls the lambda when the operation
 // has completed. On Linux Asio still waits in epoll underneath, so the numbers should match 05's. What changes is
 // where a connection's state machine lives: in the chain of handlers, each of which starts the next operation.
-// Each thread runs its own io_context with its own SO_REUSEPORT listener, as in 05: the threads share nothing.
+//
+// --topology: how threads share the work (the three designs of Asio's own HTTP server examples):
+//   per-thread  (default) --threads io_contexts, each run by one thread with its own SO_REUSEPORT listener: the
+//               kernel spreads the connections and the threads share nothing, as in 05. nginx's workers with
+//               `reuseport` and Seastar's shards work this way (Asio's server2 deals sockets from one acceptor).
+//   single      one io_context on one thread: no locks at all, one core. Redis and Node.js work this way.
+//   pool        one io_context run by --threads threads: any thread runs any handler, so a session's handlers go
+//               through its strand, which runs them one at a time. Asio's server3, Beast's async examples and many
+//               RPC frameworks work this way: work spreads per handler, not per connection, for some locking.
 //
 // Needs:  Linux, g++ with C++17, the Boost 1.74+ headers (Debian 12: apt-get install libboost-dev); nothing to link.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
-// Run:    ./run_server            (./run_server --help for the flags)
+// Run:    ./run_server --topology pool    (./run_server --help for the flags)
 // Try:    curl -i http://127.0.0.1:8080/
 #if defined(__SANITIZE_THREAD__)
 // Asio's fenced blocks use std::atomic_thread_fence, which ThreadSanitizer does not model; GCC warns (-Wtsan) in
@@ -19,9 +27,11 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/asio.hpp>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -31,10 +41,22 @@
 #include "../common/lifecycle.hpp"
 #include "../common/net.hpp"
 #include "../common/options.hpp"
+#include "../common/response.hpp"
 
+#if defined(PSP_ASIO_IO_URING)  // build/07-asio-uring: g++ ... -DPSP_ASIO_IO_URING main.cpp -luring
+// The same code on standalone Asio 1.22 (Debian: libasio-dev), whose sockets and timers then wait in io_uring, not
+// epoll. Boost.Asio has that backend only from Boost 1.78 on; Debian 12's default Boost is 1.74.
+#define ASIO_HAS_IO_URING 1
+#define ASIO_DISABLE_EPOLL 1
+#include <asio.hpp>
+using asio::error_code;
+#else
+#include <boost/asio.hpp>
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using boost::system::error_code;
+#endif
+using tcp = asio::ip::tcp;
+using Clock = asio::steady_timer::clock_type;
 
 namespace {
 
@@ -43,52 +65,73 @@ constexpr std::chrono::milliseconds kRetryPauseMin{1}, kRetryPauseMax{100};
 
 class Session;
 
-// One event loop: an io_context, the one thread that runs it, its listener and the sessions it accepted. Nothing in
-// it is touched by another thread, so nothing needs a lock. (Other topologies, such as one io_context run by N
-// threads or one acceptor handing sockets to N loops, would change Loop and accept(), not Session.)
+// One io_context, its listener, and the sessions it accepted; run by one thread, or by a pool (--topology pool).
+// With one thread nothing here is shared. With a pool, the loop's own handlers (accept, signals, stop) run on one
+// strand (`executor`), each session's on a strand of its own, and what both touch is a mutex or an atomic.
 struct Loop {
-  explicit Loop(const Options& options) : opts(options) {}
+  Loop(const Options& options, int threads)
+      : opts(options), ioc(threads), pooled(threads > 1), executor(new_executor()) {}
+  // The executor of a new session or of the loop itself: with a pool, a new strand; else the io_context's own.
+  asio::any_io_executor new_executor() {
+    if (pooled) return asio::make_strand(ioc);
+    return ioc.get_executor();
+  }
   void stop();
+  template <class F> void for_each_session(F f);
 
   const Options& opts;
-  asio::io_context ioc{1};  // concurrency hint 1: a single thread runs it
-  tcp::acceptor acceptor{ioc};
-  asio::signal_set signals{ioc, SIGINT, SIGTERM};
-  asio::steady_timer accept_retry{ioc};   // the pause after a failed accept
+  asio::io_context ioc;  // its concurrency hint: how many threads will run it
+  const bool pooled;
+  asio::any_io_executor executor;
+  tcp::acceptor acceptor{executor};
+  asio::signal_set signals{executor, SIGINT, SIGTERM};
+  asio::steady_timer accept_retry{executor};  // the pause after a failed accept
   std::chrono::milliseconds retry_pause = kRetryPauseMin;
-  asio::steady_timer grace{ioc};          // bounds how long a stop waits for the responses in flight
-  std::unordered_set<Session*> sessions;  // the live sessions: each adds itself at birth, removes itself at death
-  bool stopping = false;
+  asio::steady_timer grace{executor};         // bounds how long a stop waits for the responses in flight
+  std::atomic<bool> stopping{false};          // read by the sessions, from any thread of a pool
+  std::mutex mutex;                           // guards `sessions`
+  std::unordered_set<Session*> sessions;      // the live ones: each adds itself at birth, removes itself at death
 };
 
 // [excerpt:session]
 // One connection, and its state machine (parse is serve(), which looks at what is buffered):
 //
-//                 +------------------------ written, keep-alive ---------------------+
-//                 v                                                                  |
-//   accepted --> parse --complete--> kHandling --delay over--> kWriting --written--+--+
-//                 | ^  \                                         ^                 |
-//      incomplete | |   +--malformed: error_response -------------+                 +--> close: Connection: close,
-//                 v | bytes arrived                                                       a stop, or a write error
-//               kReading --EOF, error, idle timeout, stop--> close
+//                 +------------------------ sent, keep-alive --------------------------+
+//                 v                                                                    |
+//   accepted --> parse --complete--> kHandling --delay over--> kWriting --all sent--+--+
+//                 | ^  \                                          ^                 |
+//      incomplete | |   +--malformed: refuse(status) -------------+                 +--> close: Connection: close,
+//                 v | bytes arrived                                                      a stop, a write error, or
+//               kReading --EOF, error, deadline, stop--> close                           the deadline (no progress)
 //
 // Who owns it: the handlers of its pending operations, each holding `self`, a shared_ptr; nothing else does (the
-// Loop's list is not owning). Until close(), a read, the delay or a write is always pending, and its handler starts
-// the next one. close() closes the socket and cancels both timers, so every handler still pending runs soon with an
-// error and starts nothing. The Session dies when the last of them returns: after close(), never before, so no
-// operation outlives the buffers it uses.
+// Loop's list is not owning). Until close(), the deadline's timer is always pending, and so is a read, the delay or
+// a write, whose handler starts the next one. close() closes the socket and cancels both timers, so every handler
+// still pending runs soon with an error and starts nothing. The Session dies when the last of them returns: after
+// close(), never before, so no operation outlives the buffers it uses. All its handlers run on its executor (its
+// socket's), one at a time: in a pool that executor is a strand, so the Session needs no lock of its own.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, Loop& loop)
-      : socket_(std::move(socket)), idle_(loop.ioc), delay_(loop.ioc), loop_(loop) {
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), delay_(socket_.get_executor()), loop_(loop) {
+    std::lock_guard<std::mutex> lock(loop_.mutex);
     loop_.sessions.insert(this);
   }
   ~Session() {
+    std::lock_guard<std::mutex> lock(loop_.mutex);
     loop_.sessions.erase(this);
-    if (loop_.stopping && loop_.sessions.empty()) loop_.grace.cancel();  // the last one is done: stop waiting
+    // The last session to go ends a stop's grace period. post: the grace timer is the loop's, on the loop's
+    // executor, and in a pool this destructor runs on whichever thread let go of the Session last.
+    if (loop_.stopping && loop_.sessions.empty()) asio::post(loop_.executor, [&loop = loop_] { loop.grace.cancel(); });
   }
 
-  void start() { serve(); }
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  void start() {
+    deadline_ = Clock::now() + loop_.opts.idle_timeout;  // the request deadline counts from the accept
+    watch(deadline_);                                    // pending until close(): see watch()
+    serve();
+  }
 
   void stop_if_idle() {  // a stop closes the connections that are waiting for a request
     if (state_ == State::kReading) close();
@@ -98,8 +141,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     state_ = State::kClosed;
     error_code ignored;
-    socket_.close(ignored);  // the pending read or write completes with operation_aborted
-    idle_.cancel();
+    socket_.close(ignored);  // the pending read, write or wait completes with operation_aborted
+    timer_.cancel();
     delay_.cancel();
   }
 
@@ -113,88 +156,141 @@ class Session : public std::enable_shared_from_this<Session> {
       if (loop_.stopping) return close();  // a stop closes a connection as soon as it waits for a request
       return read();
     }
-    if (p.status == http::Parse::kError) return write(http::error_response(p.error), false, 0);
+    if (p.status == http::Parse::kError) return send(refuse(p.error), 0);
     state_ = State::kHandling;
     if (!handler_needs_timer(loop_.opts)) {
-      run_handler_here(loop_.opts);  // --handler sleep/spin: stalls this whole loop, on purpose (the labs)
-      return respond(p.request, p.length);
+      run_handler_here(loop_.opts);  // --handler sleep/spin: stalls this loop (or one thread of a pool), on purpose
+      return answer(p.request, p.length);
     }
     delay_.expires_after(loop_.opts.delay);
     delay_.async_wait([self = shared_from_this(), p](const error_code& ec) {
       if (ec || self->state_ != State::kHandling) return;  // close() came first (the stop's grace ran out)
-      self->respond(p.request, p.length);
+      self->answer(p.request, p.length);
     });
   }
 
-  void respond(http::Request request, std::size_t consumed) {
+  void answer(http::Request request, std::size_t consumed) {
     if (loop_.stopping) request.keep_alive = false;  // say "Connection: close": we close after this response
-    write(http::response(request), request.keep_alive, consumed);
+    send(respond(loop_.opts, request), consumed);
   }
 
   void read() {
     state_ = State::kReading;
-    arm_idle_timer();
     socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
-      self->idle_.cancel();
-      // ec: EOF, a reset, or close() by the idle timer or a stop (operation_aborted). A half-closed peer gives EOF
+      // ec: EOF, a reset, or close() by the deadline or a stop (operation_aborted). A half-closed peer gives EOF
       // too: we close rather than read again, so it cannot make the loop spin.
       if (ec || self->state_ != State::kReading) return self->close();
-      self->in_.append(self->chunk_.data(), n);
+      self->in_.append(self->chunk_.data(), n);  // the deadline does not move: a dribbling client gains nothing
       self->serve();
     });
   }
 
-  // [excerpt:idle-timeout]
-  // Armed while the session waits for request bytes, cancelled when a read completes, re-armed by the next read.
-  // The race: the timer and the read can complete in the same turn of the loop. Both handlers are then queued, and
-  // cancel() cannot recall the timer's, because it only cancels waits that have not completed yet. So the timer's
-  // handler checks the facts rather than the fact that it ran: it closes only if the session still waits for
-  // bytes and its deadline has really passed (a read that came first and re-armed the timer moved the expiry
-  // later). One thread runs both handlers, one after the other, so each sees what the other left.
-  void arm_idle_timer() {
-    idle_.expires_after(loop_.opts.idle_timeout);
-    idle_.async_wait([self = shared_from_this()](const error_code& ec) {
-      if (ec || self->state_ != State::kReading) return;
-      if (self->idle_.expiry() > asio::steady_timer::clock_type::now()) return;  // re-armed meanwhile
-      self->close();  // the pending read then completes with operation_aborted
+  // [excerpt:deadline]
+  // One timer per session, for its whole life (a watchdog, as in Asio's timeouts examples), and one deadline_:
+  //   kReading   the request must be complete by deadline_ = when we started waiting for it + S; reads do not move it
+  //   kWriting   the peer must keep taking bytes: deadline_ = now + S when a write starts and after each progress
+  //   kHandling  no deadline: the wait is ours
+  // Moving the deadline only stores deadline_; re-arming the timer each time would cancel one wait and start another
+  // per request. Each new deadline is later than the one the timer waits for, so the timer can only fire early, and
+  // its handler then waits again. A stale handler (the timer fired as close() ran) finds kClosed and does nothing.
+  void watch(Clock::time_point until) {
+    timer_.expires_at(until);
+    timer_.async_wait([self = shared_from_this()](const error_code& ec) {
+      if (ec || self->state_ == State::kClosed) return;  // close() cancelled it
+      const Clock::time_point now = Clock::now();
+      if (self->state_ == State::kHandling) return self->watch(now + self->loop_.opts.idle_timeout);
+      if (now < self->deadline_) return self->watch(self->deadline_);  // moved on since: wait for the new one
+      self->close();  // the pending read or write then completes with operation_aborted
     });
   }
-  // [/excerpt:idle-timeout]
+  // [/excerpt:deadline]
 
-  // asio::async_write calls write_some until every byte of out_ is sent (or an error): it handles short writes.
-  // out_ is a member because the bytes must stay put until the write completes.
-  void write(std::string response, bool keep_open, std::size_t consumed) {
+  // kWriting: the head with asio::async_write, which calls write_some until every byte is sent (short writes are
+  // its job), then the file, if any. out_ is a member because its bytes must stay put until the writes complete.
+  void send(Outgoing out, std::size_t consumed) {
     state_ = State::kWriting;
-    out_ = std::move(response);
-    auto on_written = [self = shared_from_this(), keep_open, consumed](const error_code& ec, std::size_t) {
-      if (ec || !keep_open || self->loop_.stopping) return self->close();
-      self->in_.erase(0, consumed);  // the next pipelined request, if any, is now at the front
-      self->serve();
+    deadline_ = Clock::now() + loop_.opts.idle_timeout;  // a head is a few KB: all of it in S seconds, or close
+    out_ = std::move(out);
+    auto on_head_sent = [self = shared_from_this(), consumed](const error_code& ec, std::size_t n) {
+      if (ec || self->state_ != State::kWriting) return self->close();
+      self->out_.head_sent = n;  // all of it
+      self->send_file(consumed);
     };
-    asio::async_write(socket_, asio::buffer(out_), on_written);
+    asio::async_write(socket_, asio::buffer(out_.head), on_head_sent);
+  }
+
+  // [excerpt:sendfile]
+  // Asio has no sendfile(), but it lets us make our own non-blocking calls on its socket and wait for writability
+  // with it: the pattern of the sendfile example in Asio's documentation. native_non_blocking(true) tells Asio that
+  // our calls on native_handle() must not block (it sets O_NONBLOCK and remembers it); send_some() (response.hpp)
+  // sends until the socket is full, with sendfile() from the saved offset; async_wait(wait_write) then waits, as
+  // chapter 05 waits for EPOLLOUT. No byte of the file passes through this process.
+  void send_file(std::size_t consumed) {
+    if (out_.left > 0 && !socket_.native_non_blocking()) {
+      error_code ec;
+      socket_.native_non_blocking(true, ec);
+      if (ec) return close();
+    }
+    const off_t before = out_.left;
+    switch (send_some(socket_.native_handle(), out_)) {
+      case SendProgress::kDone: return sent(consumed);
+      case SendProgress::kFailed: return close();  // an error, or the file shrank: the promised length cannot be kept
+      case SendProgress::kBlocked: break;
+    }
+    if (out_.left != before) deadline_ = Clock::now() + loop_.opts.idle_timeout;  // progress: the reader reads
+    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this(), consumed](const error_code& ec) {
+      if (ec || self->state_ != State::kWriting) return self->close();  // the deadline, a stop's grace, an error
+      self->send_file(consumed);
+    });
+  }
+  // [/excerpt:sendfile]
+
+  void sent(std::size_t consumed) {  // the whole response has gone out
+    if (!out_.keep_alive || loop_.stopping) return close();
+    out_ = Outgoing{};       // closes the file
+    in_.erase(0, consumed);  // the next pipelined request, if any, is now at the front
+    deadline_ = Clock::now() + loop_.opts.idle_timeout;  // and the next request's deadline counts from now
+    serve();
   }
 
   tcp::socket socket_;
-  asio::steady_timer idle_;              // the idle timeout, armed only in kReading
+  asio::steady_timer timer_;             // the deadline's watchdog (watch())
   asio::steady_timer delay_;             // the simulated handler's wait
   Loop& loop_;
   State state_ = State::kReading;
+  Clock::time_point deadline_;           // see watch()
   std::string in_;                       // received and not yet answered: maybe several pipelined requests
-  std::string out_;                      // the response being written
+  Outgoing out_;                         // the response being sent
   std::array<char, 4096> chunk_;         // one read's bytes; at most 4 KiB, like recv_into() in common/net.hpp
 };
 // [/excerpt:session]
 
+// Runs f(session) for every live session, on the session's own executor: in a pool, a session is only ever touched
+// from its strand. lock() fails for a Session already being destroyed (its destructor waits for the mutex). The
+// shared_ptrs are collected first and released after the lock: dropping the last one runs ~Session, which locks.
+template <class F>
+void Loop::for_each_session(F f) {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (Session* s : sessions)
+      if (std::shared_ptr<Session> p = s->weak_from_this().lock()) live.push_back(std::move(p));
+  }
+  for (std::shared_ptr<Session>& s : live) asio::dispatch(s->executor(), [s, f] { f(*s); });
+}
+
 // [excerpt:accept-loop]
-// Accepts one connection, then the next, forever: each handler starts the next accept before it returns.
+// Accepts one connection, then the next, forever: each handler starts the next accept before it returns. The new
+// socket is bound to new_executor(), so all of the new session's handlers run there (with a pool: a new strand).
 void accept(Loop& loop) {
-  loop.acceptor.async_accept([&loop](const error_code& ec, tcp::socket socket) {
+  loop.acceptor.async_accept(loop.new_executor(), [&loop](const error_code& ec, tcp::socket socket) {
     if (loop.stopping) return;  // stop() closed the acceptor; a socket accepted just before that closes here
     if (!ec) {
       loop.retry_pause = kRetryPauseMin;
-      error_code ignored;  // TCP_NODELAY: a whole response per write, so Nagle could only delay pipelined replies
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), loop)->start();
+      auto session = std::make_shared<Session>(std::move(socket), loop);
+      // start() on the session's executor: in a pool, its first read could otherwise complete, and its handler
+      // run on another thread, while start() is still arming the deadline here.
+      asio::dispatch(session->executor(), [session] { session->start(); });
       return accept(loop);
     }
     // Out of descriptors (EMFILE, ENFILE). Linux fails accept() before it even looks at the queue, so accepting
@@ -225,20 +321,24 @@ void accept(Loop& loop) {
 // [/excerpt:accept-loop]
 
 // [excerpt:stop]
-// Runs in the loop's own thread, from its signal_set. Once everything below has finished, the io_context has no
-// operation left, and run() returns by itself: the acceptor is closed, each session either closed now or finishes
-// its response and then closes, and the grace timer is cancelled by the last session to go (or fires first).
+// Runs on the loop's executor, from its signal_set. Once everything below has finished, the io_context has no
+// operation left, and run() returns by itself in every thread: the acceptor is closed, each session either closes
+// now or finishes its response and then closes, and the grace timer is cancelled by the last session to go (or
+// fires first).
 void Loop::stop() {
   stopping = true;
   error_code ignored;
   acceptor.close(ignored);  // the pending accept (or wait) completes with operation_aborted
   accept_retry.cancel();
-  for (Session* s : sessions) s->stop_if_idle();  // close() only cancels: no handler runs, no Session dies, here
-  if (sessions.empty()) return;
+  for_each_session([](Session& s) { s.stop_if_idle(); });
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (sessions.empty()) return;
+  }
   grace.expires_after(kStopGrace);
   grace.async_wait([this](const error_code& ec) {
-    if (ec) return;                           // cancelled: every session finished in time
-    for (Session* s : sessions) s->close();  // out of time: drop the responses still in flight
+    if (ec) return;                                     // cancelled: every session finished in time
+    for_each_session([](Session& s) { s.close(); });  // out of time: drop the responses still in flight
   });
 }
 // [/excerpt:stop]
@@ -246,19 +346,31 @@ void Loop::stop() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opts = options_or_exit(argc, argv, {"07-asio", default_thread_count(), ""});
+  const Model model{"07-asio", default_thread_count(), "",
+                    {{"--topology", "T", "per-thread (default), single or pool: how threads share the work"}}};
+  const Options opts = options_or_exit(argc, argv, model);
+  const auto flag = opts.extra.find("--topology");
+  const std::string topology = flag == opts.extra.end() ? "per-thread" : flag->second;
+  if (topology != "per-thread" && topology != "single" && topology != "pool")
+    usage_error(model, "--topology takes per-thread, single or pool, not '" + topology + "'");
+  // single ignores the default thread count, but refuses to ignore an explicit --threads N other than 1.
+  const bool threads_given = std::find(argv + 1, argv + argc, std::string_view("--threads")) != argv + argc;
+  if (topology == "single" && threads_given && opts.threads != 1)
+    usage_error(model, "--topology single runs one thread: --threads must be 1 (or left out)");
+  const int loop_count = topology == "per-thread" ? opts.threads : 1;
+  const int threads_per_loop = topology == "pool" ? opts.threads : 1;
 
   // Stop signals: asio::signal_set, not start_process(). Both install a SIGINT/SIGTERM handler with sigaction(),
   // and only the last one installed would run. Asio's handler tells every signal_set in the process, so each loop
-  // hears the signal in its own thread, as an ordinary completion. So we do start_process()'s other two jobs here.
-  ::signal(SIGPIPE, SIG_IGN);  // belt and braces: Asio already sends with MSG_NOSIGNAL
+  // hears the signal on its own executor, as an ordinary completion. So we do start_process()'s other two jobs here.
+  ::signal(SIGPIPE, SIG_IGN);  // Asio sends with MSG_NOSIGNAL, but sendfile() to a closed peer raises SIGPIPE
   raise_fd_limit();
 
   // The loops (and their signal_sets) exist before listen_sockets() prints the "listening on" line, so that a
   // SIGTERM sent as soon as a script reads that line finds Asio's handler and not the default one, which kills.
   std::vector<std::unique_ptr<Loop>> loops;
-  for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<Loop>(opts));
-  std::vector<Fd> listeners = listen_sockets(opts, opts.threads);  // one SO_REUSEPORT listener per loop
+  for (int i = 0; i < loop_count; ++i) loops.push_back(std::make_unique<Loop>(opts, threads_per_loop));
+  std::vector<Fd> listeners = listen_sockets(opts, loop_count);  // one SO_REUSEPORT listener per loop
   const tcp protocol = opts.host.find(':') == std::string::npos ? tcp::v4() : tcp::v6();
   for (std::size_t i = 0; i < loops.size(); ++i) {
     Loop& loop = *loops[i];
@@ -275,7 +387,8 @@ int main(int argc, char** argv) {
   // there is always an accept and a signal wait pending). No session is left then, so destroying the loops at the
   // end of main() destroys no Session, and nothing touches a Loop after it is gone.
   std::vector<std::thread> threads;
-  for (auto& loop : loops) threads.emplace_back([&loop] { loop->ioc.run(); });
+  for (auto& loop : loops)
+    for (int i = 0; i < threads_per_loop; ++i) threads.emplace_back([&loop] { loop->ioc.run(); });
   for (std::thread& t : threads) t.join();
   return 0;
 }

@@ -106,6 +106,16 @@ inline int bound_port(int fd) {
 // and the others join it. SO_REUSEADDR lets a restarted server bind while old connections sit in TIME_WAIT.
 // One pitfall of SO_REUSEPORT: a second copy of the same server, run by the same user, would silently join the
 // first one's group instead of failing with "already in use". A probe bind without SO_REUSEPORT finds out first.
+//
+// Two TCP options are set here, before listen(), because every accepted connection inherits them from its
+// listener (so no model pays a system call per connection for them):
+//   TCP_NODELAY        every response is written whole, so Nagle's algorithm could only delay pipelined replies.
+//   TCP_NOTSENT_LOWAT  Linux reports a socket writable only once a third of its send buffer is free, and grows that
+//                      buffer to megabytes: a reader taking a file at 100 KB/s would show no write progress for
+//                      many seconds and be closed as stalled. Capping the bytes held unsent at kUnsentLimit makes
+//                      the socket writable again every few KiB the reader takes.
+constexpr int kUnsentLimit = 16 * 1024;
+
 inline std::vector<Fd> listen_sockets(const Options& opts, int count = 1) {
   std::vector<Fd> sockets;
   int port = opts.port;
@@ -117,6 +127,8 @@ inline std::vector<Fd> listen_sockets(const Options& opts, int count = 1) {
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (count > 1 && i >= 0) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLimit, sizeof kUnsentLimit);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
       if (errno == EADDRINUSE)
         fail_startup("port " + std::to_string(port) + " on " + opts.host + " is already in use");
@@ -165,8 +177,8 @@ enum class Blocking { kYes, kNo };
 constexpr std::chrono::milliseconds kAcceptPause{10};  // how long a stuck listener goes unwatched (see below)
 
 // One new connection, or an invalid Fd when there is none to take right now: nothing pending, the client gave up,
-// or the process was out of descriptors and the connection was shed. Sets TCP_NODELAY: every response is written
-// whole, so Nagle's algorithm could only add delay to pipelined replies.
+// or the process was out of descriptors and the connection was shed. (TCP_NODELAY and TCP_NOTSENT_LOWAT come from
+// the listener: see listen_sockets().)
 //
 // An invalid Fd with errno EMFILE or ENFILE means "stuck": out of descriptors, and the spare was gone too (another
 // thread took it), so the connection is still pending. The listener stays readable; a loop with several accepting
@@ -175,11 +187,7 @@ inline Fd accept_client(int listen_fd, Blocking mode) {
   int flags = SOCK_CLOEXEC | (mode == Blocking::kNo ? SOCK_NONBLOCK : 0);
   for (;;) {
     int fd = ::accept4(listen_fd, nullptr, nullptr, flags);
-    if (fd >= 0) {
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      return Fd(fd);
-    }
+    if (fd >= 0) return Fd(fd);
     if (errno == EINTR) continue;
     if (errno == EMFILE || errno == ENFILE) {
       int out_of_fds = errno;
