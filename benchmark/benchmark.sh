@@ -363,7 +363,7 @@ build_servers() {
   fi
   if ((!no_build && ${#targets[@]} > 0)); then
     if [[ ! -f $build_dir/CMakeCache.txt ]]; then
-      ensure_packages cmake g++ make pkg-config liburing-dev libboost-dev libgtest-dev || exit 1
+      ensure_packages cmake g++ make pkg-config liburing-dev libboost-dev libasio-dev libgtest-dev || exit 1
       say "configuring a Release build in $build_dir"
       cmake -S "$REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 ||
         { tail -20 "$TMP/build.log" >&2; say "error: cmake could not configure $build_dir" >&2; exit 1; }

@@ -19,7 +19,7 @@ esac
 
 # shellcheck source-path=SCRIPTDIR/..
 source tools/ensure-packages.sh  # ensure_packages
-ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libgtest-dev apache2-utils python3 || exit 1
+ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev libgtest-dev apache2-utils python3 || exit 1
 
 build="build${sanitize:+-$sanitize}"
 build_type=Release
