@@ -27,7 +27,7 @@ namespace {
 // --idle-timeout to arrive (the request deadline: before each recv(), SO_RCVTIMEO is set to the time left, so a
 // client that dribbles bytes is closed on time too). Everyone else waits meanwhile: that is the lesson of this chapter.
 void serve(Fd client, const Options& opts) {
-  set_io_timeouts(client.get(), opts.idle_timeout);  // SO_SNDTIMEO: how long a reader may take nothing
+  set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {

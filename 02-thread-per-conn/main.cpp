@@ -30,7 +30,7 @@ namespace {
 // longer than --idle-timeout to arrive (the request deadline). Word for word chapter 01's loop: blocking here now
 // stops only this thread, and the other connections carry on in theirs.
 void serve(Fd client, const Options& opts) {
-  set_io_timeouts(client.get(), opts.idle_timeout);  // SO_SNDTIMEO: how long a reader may take nothing
+  set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   // [excerpt:stop]
   listener.clear();      // new clients are refused from now on, instead of waiting in the listen queue
   wait_for_in_flight();  // requests already in the handler get up to 2 s to write their responses
-  // Threads that wait in recv() on idle connections would only notice the stop at their idle timeout (the signal
+  // Threads that wait in recv() on idle connections would only notice the stop at their request deadline (the signal
   // interrupts one thread, not all), and there is no list of them to join: end the process here.
   exit_now();
   // [/excerpt:stop]

@@ -86,7 +86,7 @@ class ConnectionQueue {
 // [excerpt:serve-connection]
 // Chapter 01's loop, run by a worker, plus one rule: be fair to the connections waiting in the queue.
 void serve(Fd client, ConnectionQueue& queue, const Options& opts) {
-  set_io_timeouts(client.get(), opts.idle_timeout);  // SO_SNDTIMEO: how long a reader may take nothing
+  set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
@@ -105,7 +105,7 @@ void serve(Fd client, ConnectionQueue& queue, const Options& opts) {
     // Fairness, the classic thread-pool lesson with keep-alive. A worker that keeps a keep-alive connection spends
     // the gaps between its requests in recv(), serving nobody, while the connections queued behind it wait for a
     // worker that never frees up: under `ab -k -c 500`, 16 connections would get every request and the other 484
-    // would wait until those 16 fall silent and hit the idle timeout. So when someone is waiting in the queue and
+    // would wait until those 16 fall silent and reach their deadline. So when someone is waiting in the queue and
     // this client has nothing more buffered (the next step would be a blocking recv()), we answer this request with
     // "Connection: close" and move on; the client reconnects and queues like everyone else. When nobody waits, the
     // connection stays open and spares the next request a TCP handshake.
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   listener.clear();      // new clients are refused from now on, instead of waiting in the listen queue
   queue.stop();          // idle workers wake up; each one closes what is still queued, then returns
   wait_for_in_flight();  // requests already in the handler get up to 2 s to write their responses
-  // No join: a worker may wait in recv() on an idle keep-alive connection until its idle timeout (the signal
+  // No join: a worker may wait in recv() on an idle keep-alive connection until its request deadline (the signal
   // interrupts one thread, not all). End the process here instead.
   exit_now();
   // [/excerpt:stop]

@@ -4,6 +4,7 @@
 // network I/O, so every I/O model shares it; how the file's bytes then reach the socket is each model's lesson
 // (response.hpp, and 06's splice). The rules, in order:
 //
+// [excerpt:rules]
 //   1. The target must start with '/' (origin-form). Anything else ('*', "http://host/x", "") is 400.
 //   2. The query, from the first '?', is ignored. ('#' never reaches a server; here it is an ordinary byte.)
 //   3. The path is split on '/' first, then each segment is percent-decoded. A bad escape ("%zz", "%4") is 400.
@@ -25,6 +26,7 @@
 //      from the root; no index.html, or one that is not a regular file, is 403.
 //   8. Anything else that is not a regular file (a FIFO, a socket, a device) is 403. Files are opened with
 //      O_NONBLOCK, so opening a FIFO with no writer does not block the server.
+// [/excerpt:rules]
 //
 // A file's size and mtime are taken once, at open time: the response promises that Content-Length, and a file
 // that changes meanwhile is the sender's problem (response.hpp: a shrunk file closes the connection).

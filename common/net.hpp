@@ -197,10 +197,10 @@ inline Fd accept_client(int listen_fd, Blocking mode) {
   }
 }
 
-// Blocking models: how long recv() and send() may wait before the connection counts as idle (SO_RCVTIMEO/SNDTIMEO).
-inline void set_io_timeouts(int fd, std::chrono::seconds timeout) {
+// Blocking models: how long a send() may wait for a reader that takes nothing before it fails (SO_SNDTIMEO). A
+// reader that keeps taking bytes, however slowly, restarts it each time.
+inline void set_send_timeout(int fd, std::chrono::seconds timeout) {
   timeval tv{static_cast<time_t>(timeout.count()), 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 

@@ -109,6 +109,7 @@ inline bool send_whole(int sock, Outgoing& out) {
     if (n <= 0) return false;
     out.head_sent += static_cast<std::size_t>(n);
   }
+  // [excerpt:send-whole]
   while (out.left > 0) {
     auto count = static_cast<std::size_t>(std::min(out.left, detail::kSendfileMax));
     ssize_t n = ::sendfile(sock, out.file.get(), &out.offset, count);
@@ -116,6 +117,7 @@ inline bool send_whole(int sock, Outgoing& out) {
     if (n <= 0) return false;  // 0: the file ended early (it shrank); <0: reset, timeout...
     out.left -= n;
   }
+  // [/excerpt:send-whole]
   out.file.reset();
   return true;
 }
@@ -139,6 +141,7 @@ inline SendProgress send_some(int sock, Outgoing& out) {
       return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? SendProgress::kBlocked : SendProgress::kFailed;
     }
   }
+  // [excerpt:send-some]
   while (out.left > 0) {
     // The kernel advances out.offset by what it sent, so the next call goes on from there.
     auto count = static_cast<std::size_t>(std::min(out.left, detail::kSendfileMax));
@@ -151,6 +154,7 @@ inline SendProgress send_some(int sock, Outgoing& out) {
       return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? SendProgress::kBlocked : SendProgress::kFailed;
     }
   }
+  // [/excerpt:send-some]
   out.file.reset();  // all sent: the file's descriptor is not needed any more
   return SendProgress::kDone;
 }

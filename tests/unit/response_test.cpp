@@ -267,7 +267,7 @@ TEST(SendWhole, AFileThatShrinksMidSendFails) {
   BigFile file(kSize);
   auto [server, client] = tcp_pair();
   ASSERT_TRUE(server.valid());
-  set_io_timeouts(server.get(), 10s);  // a hang would show as a timeout (false too, but only after 10 s)
+  set_send_timeout(server.get(), 10s);  // a hang would show as a timeout (false too, but only after 10 s)
   Outgoing out = file.outgoing("HEAD\r\n\r\n");
   auto start = std::chrono::steady_clock::now();
   auto sent = std::async(std::launch::async, [&] { return send_whole(server.get(), out); });
@@ -297,7 +297,7 @@ TEST(SendWhole, AReaderThatTakesNothingTimesOut) {
   BigFile file(32 << 20);
   auto [server, client] = tcp_pair();
   ASSERT_TRUE(server.valid());
-  set_io_timeouts(server.get(), 1s);
+  set_send_timeout(server.get(), 1s);
   Outgoing out = file.outgoing("HEAD\r\n\r\n");
   auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(send_whole(server.get(), out));  // the client never reads: SO_SNDTIMEO ends it
