@@ -4,8 +4,8 @@
 // kernel the calls themselves (accept, recv, send, splice, a timer) as submission queue entries (SQEs) and later
 // reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait() per loop turn
 // submits everything the last turn queued and sleeps until something completes: one system call per batch, not per
-// call. This is the plain version; SQPOLL, multishot accept and recv, and registered or provided buffers are the
-// advanced options of a later chapter, and each would slot into get_sqe(), the user_data layout or Conn below.
+// call. This is the plain version. advanced.cpp, next to it, is this program plus SQPOLL, DEFER_TASKRUN, multishot
+// accept and recv, registered descriptors and zero-copy send, each behind a flag: `diff main.cpp advanced.cpp`.
 //
 // Needs:  Linux 5.7 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
