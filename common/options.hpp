@@ -72,9 +72,18 @@ inline std::string usage(const Model& model) {
   std::string u = "usage: ./run_server [--host ADDR] [--port N] [--threads N] [--delay-us N]\n"
                   "                    [--handler wait|sleep|spin] [--idle-timeout S] [--backlog N]\n"
                   "                    [--root DIR]";
+  std::size_t line_start = u.rfind('\n') + 1;
+  auto add = [&](const std::string& item) {  // wrap under the first flag, as the lines above do
+    if (u.size() - line_start + 1 + item.size() > 110) {
+      u += "\n                   ";
+      line_start = u.rfind('\n') + 1;
+    }
+    u += " " + item;
+  };
   for (const ExtraFlag& f : model.extra_flags)
-    u += std::string(" [") + f.name + (f.value_name ? std::string(" ") + f.value_name : "") + "]";
-  u += " [--help]\n\n";
+    add(std::string("[") + f.name + (f.value_name ? std::string(" ") + f.value_name : "") + "]");
+  add("[--help]");
+  u += "\n\n";
   u += std::string(model.name) + ": a small HTTP/1.1 server that answers every GET or HEAD with a 1 KB body (or,\n"
        "with --root, the file asked for) after a simulated handler that waits --delay-us microseconds.\n\n"
        "  --host ADDR         numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the seven servers and the tests, then runs every test with CTest.
+# Builds the seven servers (and the variants of 06 and 07 the integration suite also runs) and the tests, then runs
+# every test with CTest.
 #
 #   ./tests/run_tests.sh                      the normal build, in build/
 #   ./tests/run_tests.sh --sanitize address   AddressSanitizer + UndefinedBehaviorSanitizer, in build-address/

@@ -153,63 +153,99 @@ std::string case_name(const ::testing::TestParamInfo<Param>& info) {
   return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
 }
 
-class Refused : public ServerFixture<Param> {};
+// The checks of one case on the running server, on a new connection. Each of the seven runs every case in a test
+// of its own, on a new server; each variant runs them all in one test on one server, one connection per case (a
+// server start per case and variant was a fifth of the whole suite's time under ASan, and the parser they test is
+// common/http.hpp's in every program: what a variant changes is how the bytes arrive and how the connection ends).
+template <typename P>
+class CaseChecks : public ServerFixture<P> {
+ protected:
+  void expect_refused(const Case& k) {
+    {
+      Client c = this->connect();
+      ASSERT_TRUE(c.ok()) << c.error();
+      ASSERT_TRUE(c.send(k.bytes, deadline_in(kIoTimeout))) << c.error();
+      const auto r = c.read_response(deadline_in(kIoTimeout));
+      ASSERT_TRUE(r) << c.error();
+      EXPECT_EQ(r->status, k.status) << "request " << Client::preview(k.bytes) << "\nanswered\n" << r->head_text();
+      if (r->status == 200) return;  // accepted when it should not be: the connection stays open, nothing more to see
+      EXPECT_EQ(r->version, "HTTP/1.1") << r->status_line;
+      EXPECT_EQ(r->header_count("Connection"), 1) << r->head_text();
+      EXPECT_EQ(lower(r->header("Connection").value_or("")), "close") << r->head_text();
+      // Closed well before the 5 s idle timeout would do it, and nothing after the error response.
+      const auto closed = c.wait_closed(deadline_in(3s));
+      EXPECT_TRUE(closed == Client::Closed::eof || closed == Client::Closed::reset)
+          << "after the error response the connection was " << Client::describe(closed) << ": "
+          << Client::preview(c.buffered());
+    }
+    EXPECT_TRUE(this->serves_new_client());
+  }
 
-TEST_P(Refused, ErrorStatusThenClosed) {
-  const Case& k = std::get<1>(GetParam());
-  if (!launch({"--delay-us", "0"})) return;
-  {
-    Client c = connect();
+  void expect_accepted(const Case& k) {
+    Client c = this->connect();
     ASSERT_TRUE(c.ok()) << c.error();
     ASSERT_TRUE(c.send(k.bytes, deadline_in(kIoTimeout))) << c.error();
     const auto r = c.read_response(deadline_in(kIoTimeout));
     ASSERT_TRUE(r) << c.error();
-    EXPECT_EQ(r->status, k.status) << "request " << Client::preview(k.bytes) << "\nanswered\n" << r->head_text();
-    if (r->status == 200) return;  // accepted when it should not be: the connection stays open, nothing more to see
-    EXPECT_EQ(r->version, "HTTP/1.1") << r->status_line;
-    EXPECT_EQ(r->header_count("Connection"), 1) << r->head_text();
-    EXPECT_EQ(lower(r->header("Connection").value_or("")), "close") << r->head_text();
-    // Closed well before the 5 s idle timeout would do it, and nothing after the error response.
+    EXPECT_TRUE(is_ok_response(*r, false, k.connection)) << "request " << Client::preview(k.bytes);
+    if (std::string_view(k.connection) == "keep-alive") {
+      // The head was consumed exactly: the next request on the same connection is answered, and nothing else is.
+      ASSERT_TRUE(c.send(request("GET", "/second", "HTTP/1.1", "Connection: close\r\n"), deadline_in(kIoTimeout)))
+          << c.error();
+      const auto second = c.read_response(deadline_in(kIoTimeout));
+      ASSERT_TRUE(second) << c.error();
+      EXPECT_TRUE(is_ok_response(*second, false, "close"));
+    }
     const auto closed = c.wait_closed(deadline_in(3s));
     EXPECT_TRUE(closed == Client::Closed::eof || closed == Client::Closed::reset)
-        << "after the error response the connection was " << Client::describe(closed) << ": "
+        << "after Connection: close the connection was " << Client::describe(closed) << ": "
         << Client::preview(c.buffered());
   }
-  EXPECT_TRUE(serves_new_client());
+};
+
+class Refused : public CaseChecks<Param> {};
+
+TEST_P(Refused, ErrorStatusThenClosed) {
+  if (!launch({"--delay-us", "0"})) return;
+  expect_refused(std::get<1>(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllServers, Refused,
-                         ::testing::Combine(::testing::ValuesIn(all_servers()), ::testing::ValuesIn(refused())),
+                         ::testing::Combine(::testing::ValuesIn(without_variants(all_servers())),
+                                            ::testing::ValuesIn(refused())),
                          case_name);
 
-class Accepted : public ServerFixture<Param> {};
+class Accepted : public CaseChecks<Param> {};
 
 TEST_P(Accepted, AnsweredAndFramingKept) {
-  const Case& k = std::get<1>(GetParam());
   if (!launch({"--delay-us", "0"})) return;
-  Client c = connect();
-  ASSERT_TRUE(c.ok()) << c.error();
-  ASSERT_TRUE(c.send(k.bytes, deadline_in(kIoTimeout))) << c.error();
-  const auto r = c.read_response(deadline_in(kIoTimeout));
-  ASSERT_TRUE(r) << c.error();
-  EXPECT_TRUE(is_ok_response(*r, false, k.connection)) << "request " << Client::preview(k.bytes);
-  if (std::string_view(k.connection) == "keep-alive") {
-    // The head was consumed exactly: the next request on the same connection is answered, and nothing else is.
-    ASSERT_TRUE(c.send(request("GET", "/second", "HTTP/1.1", "Connection: close\r\n"), deadline_in(kIoTimeout)))
-        << c.error();
-    const auto second = c.read_response(deadline_in(kIoTimeout));
-    ASSERT_TRUE(second) << c.error();
-    EXPECT_TRUE(is_ok_response(*second, false, "close"));
-  }
-  const auto closed = c.wait_closed(deadline_in(3s));
-  EXPECT_TRUE(closed == Client::Closed::eof || closed == Client::Closed::reset)
-      << "after Connection: close the connection was " << Client::describe(closed) << ": "
-      << Client::preview(c.buffered());
+  expect_accepted(std::get<1>(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllServers, Accepted,
-                         ::testing::Combine(::testing::ValuesIn(all_servers()), ::testing::ValuesIn(accepted())),
+                         ::testing::Combine(::testing::ValuesIn(without_variants(all_servers())),
+                                            ::testing::ValuesIn(accepted())),
                          case_name);
+
+// Every case of both tables, on one server per variant.
+class ConformanceAllCases : public CaseChecks<ServerInfo> {};
+
+TEST_P(ConformanceAllCases, RefusedAndAccepted) {
+  if (!launch({"--delay-us", "0"})) return;
+  for (const Case& k : refused()) {
+    SCOPED_TRACE(std::string("refused case ") + k.name);
+    expect_refused(k);
+    ASSERT_TRUE(server_->running()) << "the server died; stderr: " << server_->err();
+  }
+  for (const Case& k : accepted()) {
+    SCOPED_TRACE(std::string("accepted case ") + k.name);
+    expect_accepted(k);
+    ASSERT_TRUE(server_->running()) << "the server died; stderr: " << server_->err();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ConformanceAllCases, ::testing::ValuesIn(only_variants(all_servers())),
+                         ServerName());
 
 }  // namespace
 }  // namespace psp::test

@@ -95,8 +95,9 @@ TEST_P(Lifecycle, BusyPortExitsOne) {
 
   const ExitStatus status = run_to_exit({"--port", port, "--delay-us", "0"});
   const std::string err = server_->err();
-  if (io_uring_unavailable(server_info(), status, err) && err.find(port) == std::string::npos)
-    GTEST_SKIP() << "io_uring unavailable: " << err;
+  if (const std::string refusal = kernel_refusal(server_info(), status, err);
+      !refusal.empty() && err.find(port) == std::string::npos)
+    GTEST_SKIP() << refusal;
   EXPECT_TRUE(status.exited_with(1)) << status.describe() << "; stderr: " << err;
   EXPECT_NE(err.find(port), std::string::npos) << "stderr does not name port " << port << ": " << err;
   EXPECT_EQ(server_->out().find("listening"), std::string::npos) << server_->out();

@@ -1,9 +1,15 @@
 #pragma once
-// The seven servers as GoogleTest parameters, and a fixture that starts the server under test.
+// The seven servers and their variants as GoogleTest parameters, and a fixture that starts the server under test.
 //
-// Every test starts its own server on --port 0 and reads the port from the listening line. Only 06 may skip,
-// and only when it exits 1 before listening with a sentence about io_uring (no io_uring on this kernel or in this
-// container); the skip message is that sentence.
+// A variant is another build of a chapter (06's advanced program, 07 on Asio's io_uring backend) and/or flags of
+// its own (07's --topology, 06's io_uring options): every suite that runs on all servers, or on a chapter's
+// number, runs on the chapter's variants too, so each option passes the same suite as the default mode.
+//
+// Every test starts its own server on --port 0 and reads the port from the listening line. Only 06 (and its
+// variants) may skip, and only when it exits 1 before listening with one sentence that says io_uring is
+// unavailable (no io_uring on this kernel or in this container) or, for a variant, that names one of the
+// variant's flags (this kernel lacks that feature); the skip message is that sentence. Any other failure to start
+// fails the test: a variant whose flag does not exist yet exits 2 and fails loudly.
 
 #include <gtest/gtest.h>
 
@@ -16,14 +22,15 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tests/support/client.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/server_process.hpp"
 
-#if !defined(PSP_SERVER_01) || !defined(PSP_SERVER_07)
-#error "CMake defines PSP_SERVER_01 .. PSP_SERVER_07 as the paths of the server binaries"
+#if !defined(PSP_SERVER_01) || !defined(PSP_SERVER_07) || !defined(PSP_SERVER_06_ADVANCED)
+#error "CMake defines PSP_SERVER_01 .. PSP_SERVER_07 and PSP_SERVER_06_ADVANCED as the paths of the server binaries"
 #endif
 
 namespace psp::test {
@@ -36,26 +43,80 @@ constexpr auto kIoTimeout = 5s;
 constexpr auto kStartTimeout = 10s;
 
 struct ServerInfo {
-  int number;
-  const char* name;  // test-name suffix, e.g. s05_epoll
+  int number;        // the chapter, 1 to 7: a variant keeps its chapter's number, so per-model rules apply to it
+  const char* name;  // test-name suffix, e.g. s05_epoll, s07_pool, s06adv_sqpoll
   const char* path;
+  std::vector<std::string> args = {};  // a variant's own flags, given before the test's (the last value wins)
+  bool variant = false;                // not one of the seven default programs
 };
 
 inline void PrintTo(const ServerInfo& s, std::ostream* os) { *os << s.name; }
 
+// A variant of chapter `number`: `path` run with `args`.
+inline ServerInfo variant(int number, const char* name, const char* path, std::vector<std::string> args) {
+  return ServerInfo{number, name, path, std::move(args), true};
+}
+
+// The seven, then the variants of 06 and 07.
+//
+// A variant's flags come before a test's own, and the options parser keeps the last value of a flag, so a test
+// that needs one loop (`--threads 1`) gets it from every variant. --topology single refuses any other --threads,
+// and no test asks it for one. Variants that need several threads to mean anything say --threads 2 themselves,
+// so that they do on a one-core machine too.
 inline const std::vector<ServerInfo>& all_servers() {
-  static const std::vector<ServerInfo> servers = {
-      {1, "s01_blocking_single", PSP_SERVER_01}, {2, "s02_thread_per_conn", PSP_SERVER_02},
-      {3, "s03_select", PSP_SERVER_03},          {4, "s04_threadpool", PSP_SERVER_04},
-      {5, "s05_epoll", PSP_SERVER_05},           {6, "s06_io_uring", PSP_SERVER_06},
-      {7, "s07_asio", PSP_SERVER_07},
-  };
+  static const std::vector<ServerInfo> servers = [] {
+    std::vector<ServerInfo> v = {
+        {1, "s01_blocking_single", PSP_SERVER_01}, {2, "s02_thread_per_conn", PSP_SERVER_02},
+        {3, "s03_select", PSP_SERVER_03},          {4, "s04_threadpool", PSP_SERVER_04},
+        {5, "s05_epoll", PSP_SERVER_05},           {6, "s06_io_uring", PSP_SERVER_06},
+        {7, "s07_asio", PSP_SERVER_07},
+    };
+    // 06-io_uring/advanced.cpp: without flags (it must behave exactly like main.cpp, so a failure of one flag's
+    // variant can be told from a failure of the program), then each io_uring option alone, then those that combine.
+    const char* adv = PSP_SERVER_06_ADVANCED;
+    v.push_back(variant(6, "s06adv_plain", adv, {}));
+    v.push_back(variant(6, "s06adv_multishot_accept", adv, {"--multishot-accept"}));
+    v.push_back(variant(6, "s06adv_multishot_recv", adv, {"--multishot-recv"}));
+    v.push_back(variant(6, "s06adv_fixed_files", adv, {"--fixed-files"}));
+    v.push_back(variant(6, "s06adv_defer_taskrun", adv, {"--defer-taskrun"}));
+    v.push_back(variant(6, "s06adv_sqpoll", adv, {"--sqpoll", "50"}));
+    v.push_back(variant(6, "s06adv_attach_wq", adv, {"--attach-wq", "--threads", "2"}));
+    v.push_back(variant(6, "s06adv_send_zc", adv, {"--send-zc"}));
+    v.push_back(variant(6, "s06adv_all", adv,
+                        {"--multishot-accept", "--multishot-recv", "--fixed-files", "--defer-taskrun", "--send-zc"}));
+    // 07's three topologies (the default, per-thread, is s07_asio).
+    v.push_back(variant(7, "s07_single", PSP_SERVER_07, {"--topology", "single"}));
+    v.push_back(variant(7, "s07_pool", PSP_SERVER_07, {"--topology", "pool", "--threads", "2"}));
+#ifdef PSP_SERVER_07_URING
+    // 07's main.cpp on standalone Asio's io_uring backend. CMake builds it, and defines PSP_SERVER_07_URING, only
+    // when it finds standalone Asio with io_uring (Debian: libasio-dev); without it these two variants are absent.
+    v.push_back(variant(7, "s07_uring", PSP_SERVER_07_URING, {}));
+    v.push_back(variant(7, "s07_uring_pool", PSP_SERVER_07_URING, {"--topology", "pool", "--threads", "2"}));
+#endif
+    return v;
+  }();
   return servers;
 }
 
+// The servers of these chapters, each with its variants.
 inline std::vector<ServerInfo> servers(std::initializer_list<int> numbers) {
   std::vector<ServerInfo> out;
-  for (int n : numbers) out.push_back(all_servers().at(static_cast<std::size_t>(n - 1)));
+  for (const ServerInfo& s : all_servers())
+    if (std::find(numbers.begin(), numbers.end(), s.number) != numbers.end()) out.push_back(s);
+  return out;
+}
+
+// The seven programs in their default mode, or the variants alone, out of `list`.
+inline std::vector<ServerInfo> without_variants(const std::vector<ServerInfo>& list) {
+  std::vector<ServerInfo> out;
+  for (const ServerInfo& s : list)
+    if (!s.variant) out.push_back(s);
+  return out;
+}
+inline std::vector<ServerInfo> only_variants(const std::vector<ServerInfo>& list) {
+  std::vector<ServerInfo> out;
+  for (const ServerInfo& s : list)
+    if (s.variant) out.push_back(s);
   return out;
 }
 
@@ -64,9 +125,16 @@ struct ServerName {
   std::string operator()(const ::testing::TestParamInfo<ServerInfo>& info) const { return info.param.name; }
 };
 
-// 06 says, in one sentence on stderr, that io_uring is unavailable, and exits 1 before listening.
-inline bool io_uring_unavailable(const ServerInfo& server, const ExitStatus& status, const std::string& err) {
-  return server.number == 6 && status.exited_with(1) && contains_ci(err, "io_uring");
+// Why 06 (or one of its variants) did not start, when the reason is this kernel or container and not the code:
+// it exited 1 with one sentence on stderr that says io_uring is unavailable, or that names one of the variant's
+// flags (the kernel refused that feature: "--sqpoll: ..."). Empty otherwise. (--threads names no feature.)
+inline std::string kernel_refusal(const ServerInfo& server, const ExitStatus& status, const std::string& err) {
+  if (server.number != 6 || !status.exited_with(1)) return "";
+  for (const std::string& flag : server.args)
+    if (flag.rfind("--", 0) == 0 && flag != "--threads" && err.find(flag) != std::string::npos)
+      return "the kernel refused " + flag + ": " + err;
+  if (contains_ci(err, "io_uring")) return "io_uring unavailable: " + err;
+  return "";
 }
 
 inline std::string request(std::string_view method = "GET", std::string_view path = "/",
@@ -129,19 +197,18 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     }
   }
 
-  // Starts the server under test with `args` (plus `--port 0` unless a port is given) and waits for its
-  // listening line. On failure it records a test failure, or skips for 06 without io_uring, and returns nullptr:
-  // the caller returns at once.
+  // Starts the server under test with its variant's flags and `args` (plus `--port 0` unless a port is given) and
+  // waits for its listening line. On failure it records a test failure, or skips when the kernel refused 06
+  // (kernel_refusal()), and returns nullptr: the caller returns at once.
   ServerProcess* launch(std::vector<std::string> args, SpawnOptions options = {}) {
     if (std::find(args.begin(), args.end(), "--port") == args.end()) args.insert(args.begin(), {"--port", "0"});
-    server_ = std::make_unique<ServerProcess>(server_info().path, args, options);
+    server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)), options);
     std::string why;
     if (server_->wait_listening(deadline_in(kStartTimeout), why)) return server_.get();
     if (!server_->running()) {
-      const ExitStatus status = server_->wait_exit(deadline_in(1s));
-      if (io_uring_unavailable(server_info(), status, server_->err())) {
-        const std::string reason = server_->err();
-        [&] { GTEST_SKIP() << "io_uring unavailable: " << reason; }();
+      const std::string refusal = kernel_refusal(server_info(), server_->wait_exit(deadline_in(1s)), server_->err());
+      if (!refusal.empty()) {
+        [&] { GTEST_SKIP() << refusal; }();
         return nullptr;
       }
     }
@@ -149,10 +216,17 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     return nullptr;
   }
 
-  // Runs the server with `args` and waits for it to exit on its own (bad flags, busy port, --help).
+  // Runs the server with its variant's flags and `args` and waits for it to exit on its own (bad flags, busy port,
+  // --help).
   ExitStatus run_to_exit(std::vector<std::string> args) {
-    server_ = std::make_unique<ServerProcess>(server_info().path, std::move(args));
+    server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)));
     return server_->wait_exit(deadline_in(kIoTimeout));
+  }
+
+  // The variant's flags first, then the test's: where both give a flag, the test's value wins.
+  std::vector<std::string> with_variant(std::vector<std::string> args) const {
+    args.insert(args.begin(), server_info().args.begin(), server_info().args.end());
+    return args;
   }
 
   Client connect(Client::Options options = {}) {
