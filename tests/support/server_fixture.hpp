@@ -91,7 +91,13 @@ inline const std::vector<ServerInfo>& all_servers() {
     // 07's main.cpp on standalone Asio's io_uring backend. CMake builds it, and defines PSP_SERVER_07_URING, only
     // when it finds standalone Asio with io_uring (Debian: libasio-dev); without it these two variants are absent.
     v.push_back(variant(7, "s07_uring", PSP_SERVER_07_URING, {}));
+#if !defined(__SANITIZE_THREAD__)
+    // Not under ThreadSanitizer: with several threads on one io_context, Asio 1.22's io_uring backend hands an
+    // operation from the thread that submits it to the thread that reaps its completion through the ring's shared
+    // memory, a happens-before that TSan cannot see; it reports a data race inside asio/detail/io_uring_service.hpp
+    // (io_queue::set_result against the allocation of the io_object) on every run. ASan and Release still run it.
     v.push_back(variant(7, "s07_uring_pool", PSP_SERVER_07_URING, {"--topology", "pool", "--threads", "2"}));
+#endif
 #endif
     return v;
   }();
