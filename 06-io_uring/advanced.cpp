@@ -279,6 +279,7 @@ class Loop {
   std::vector<char> buffers_;                 // ... and the buffers, kBufferCount x kBufferSize
 };
 
+// [excerpt:setup]
 // The ring's setup options for the flags.
 io_uring_params Loop::setup(int attach_to) const {
   io_uring_params params{};
@@ -298,6 +299,7 @@ io_uring_params Loop::setup(int attach_to) const {
   if (f_.coop_taskrun) params.flags |= IORING_SETUP_COOP_TASKRUN;
   return params;
 }
+// [/excerpt:setup]
 
 // [excerpt:fixed-files]
 // --fixed-files: an empty table of registered files, which the accepts fill (the kernel refuses a table larger than
@@ -643,6 +645,7 @@ void Loop::send_more(Conn& c) {
   }
 }
 
+// [excerpt:send-zc]
 // --send-zc: the file goes through the connection's buffer, and the socket takes the buffer's pages themselves
 // (IORING_OP_SEND_ZC) instead of a copy. Each zero-copy send completes twice: first with the bytes sent
 // (IORING_CQE_F_MORE: more to come), then with IORING_CQE_F_NOTIF once the network stack has let go of the pages.
@@ -677,6 +680,7 @@ void Loop::send_file_zc(Conn& c) {
   io_uring_prep_read(sqe, out.file.get(), c.zc_buffer.get(), count, static_cast<std::uint64_t>(out.offset));
   tag(sqe, Op::kFileToBuffer, &c);
 }
+// [/excerpt:send-zc]
 
 void Loop::on_sent(Conn& c, Op op, int res) {
   if (op == Op::kPipeToSocket && res == -EAGAIN) {  // the socket is full: wait for room, --idle-timeout at most
@@ -859,6 +863,7 @@ Features features_or_exit(const Options& opts, const Model& model) {
   return f;
 }
 
+// [excerpt:probes]
 // Whether the kernel knows a flag of an old opcode, which the opcode probe cannot tell: on a descriptor that is
 // not a socket (an eventfd), a kernel that knows the flag fails the operation with -ENOTSOCK when it runs it; an
 // older kernel refuses the unknown flag with -EINVAL before that.
@@ -892,6 +897,7 @@ void probe_or_exit(const Features& f) {
     if (missing) fail_startup("--send-zc: the kernel lacks IORING_OP_SEND_ZC (it needs Linux 6.0)");
   }
 }
+// [/excerpt:probes]
 
 }  // namespace
 

@@ -65,6 +65,7 @@ constexpr std::chrono::milliseconds kRetryPauseMin{1}, kRetryPauseMax{100};
 
 class Session;
 
+// [excerpt:topology]
 // One io_context, its listener, and the sessions it accepted; run by one thread, or by a pool (--topology pool).
 // With one thread nothing here is shared. With a pool, the loop's own handlers (accept, signals, stop) run on one
 // strand (`executor`), each session's on a strand of its own, and what both touch is a mutex or an atomic.
@@ -92,6 +93,7 @@ struct Loop {
   std::mutex mutex;                           // guards `sessions`
   std::unordered_set<Session*> sessions;      // the live ones: each adds itself at birth, removes itself at death
 };
+// [/excerpt:topology]
 
 // [excerpt:session]
 // One connection, and its state machine (parse is serve(), which looks at what is buffered):
