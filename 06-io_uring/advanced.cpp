@@ -614,6 +614,11 @@ void Loop::answer(Conn& c) {
 // 6.18.) The two splices are not linked: a chain goes on only if an operation moves all it was asked for, and the
 // file splice moves what fits in the pipe, which would end the chain with -ECANCELED.
 //
+// main.cpp no longer does this: it sends files with sendfile() from the loop, which measured cheaper than two
+// splices in io-wq workers (docs/06, "Serving files"). This program keeps the splice path, because --fixed-files
+// needs it: a direct descriptor has no number that sendfile() could take, and a splice names it with
+// IOSQE_FIXED_FILE. `benchmark.sh --mode files 06 06-io_uring-advanced` measures the two paths side by side.
+//
 // send_more() queues the next step from what is left: the head, then the bytes in the pipe, then the file.
 void Loop::send_more(Conn& c) {
   c.state = State::kSending;

@@ -1,7 +1,7 @@
 // 06-io_uring: completion-based event loops on io_uring (liburing), one ring and one listener per thread.
 //
 // Chapter 05 asked the kernel "which sockets are ready?" and then made every call itself. Here the loop hands the
-// kernel the calls themselves (accept, recv, send, splice, a timer) as submission queue entries (SQEs) and later
+// kernel the calls themselves (accept, recv, send, poll, a timer) as submission queue entries (SQEs) and later
 // reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait() per loop turn
 // submits everything the last turn queued and sleeps until something completes: one system call per batch, not per
 // call. This is the plain version. advanced.cpp, next to it, is this program plus SQPOLL, DEFER_TASKRUN, multishot
@@ -36,8 +36,6 @@ namespace {
 constexpr unsigned kRingEntries = 1024;  // SQ slots; the CQ gets twice as many and the kernel holds any overflow
 constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
-constexpr off_t kSpliceMax = 1 << 30;  // the most one file splice asks for; the kernel moves what fits in the pipe
-constexpr int kPipeSize = 1 << 20;  // not the default 64 KiB: wrk -c100 then fetched a 1 MB file ~1.5x as often
 
 // [excerpt:user-data]
 // Every SQE carries 64 bits of user_data that come back, unchanged, in its CQE. We pack into them what the loop
@@ -52,7 +50,7 @@ constexpr int kPipeSize = 1 << 20;  // not the default 64 KiB: wrk -c100 then fe
 // time the slot is reused, so a completion naming an older generation is for a connection that is gone.
 enum class Op : std::uint8_t {
   kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel,          // the loop's and the listener's
-  kRecv, kDeadline, kTimer, kSend, kFileToPipe, kPipeToSocket, kWritable,  // a connection's
+  kRecv, kDeadline, kTimer, kSend, kWritable,                             // a connection's
 };
 
 constexpr std::uint32_t kGenerationMask = 0xFFFFFF;
@@ -100,7 +98,7 @@ constexpr Tag decode(std::uint64_t data) {
 //
 // Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
 // pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
-// write `chunk` or read `out.head`, and uses its descriptors; in_flight counts those SQEs (+1 queued, -1 reaped).
+// write `chunk` or read `out.head`, and uses its descriptor; in_flight counts those SQEs (+1 queued, -1 reaped).
 // A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
 // finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
 //
@@ -122,8 +120,6 @@ struct Conn {
   http::Request request;               // WAITING: the request the timer runs for
   std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
   Outgoing out;                        // SENDING: the response (common/response.hpp)
-  Fd pipe_rd, pipe_wr;                 // the pipe files go through: made for the first one, closed with the Conn
-  std::size_t piped = 0;               // bytes of the file in the pipe, not yet spliced to the socket
 };
 // [/excerpt:connection]
 
@@ -274,7 +270,7 @@ void Loop::dispatch(std::uint64_t user_data, int res) {
 // [/excerpt:loop-turn]
 
 // [excerpt:accept]
-// Accepted sockets are non-blocking for splice's sake (see send_more): io_uring's recv, send and poll wait for
+// Accepted sockets are non-blocking for sendfile()'s sake (see send_more): io_uring's recv, send and poll wait for
 // readiness themselves whatever the flag. The listener from listen_sockets() is O_NONBLOCK too. Recent kernels
 // ignore that for IORING_OP_ACCEPT and wait (checked on 6.18); some 5.x kernels completed the accept with -EAGAIN
 // at once, which takes the error path below: no spin either.
@@ -395,77 +391,50 @@ void Loop::answer(Conn& c) {
 // [/excerpt:protocol]
 
 // [excerpt:send-file]
-// SENDING: the head from memory, then the file through the connection's pipe. Each arrow is one operation:
+// SENDING: the head from memory through the ring, then the file with sendfile(), called from the loop itself:
 //
 //     send head + linked idle timeout ---- short send: send the rest
 //       | all sent
 //       v
-//   +-> left == 0? --- yes ---> the response is sent: close, or wait for the next request
-//   |     | no
-//   |     v
-//   |   splice file -> pipe at `offset` ------ 0 (the file shrank), error ---> CLOSING
-//   |     | n bytes in the pipe
-//   |     v
-//   |   splice pipe -> socket ---------------- -EAGAIN ---> poll POLLOUT + linked idle timeout
-//   |     | short: splice the rest  <------------------------ room again      (-ECANCELED: CLOSING)
-//   +-----+ the pipe is empty
+//   +-> sendfile() from `offset`, on the non-blocking socket: takes what fits now --- 0 (the file shrank),
+//   |     | the socket is full (EAGAIN)                   all sent: the response     error ---> CLOSING
+//   |     v                                             is sent: close, or wait
+//   |   poll POLLOUT + linked idle timeout ------------- -ECANCELED (no room for --idle-timeout) ---> CLOSING
+//   +-----+ room again
 //
-// splice() moves page references, not bytes: page cache -> pipe -> socket, never through user space (read() and
-// send() would copy each byte twice). io_uring runs every splice in a kernel worker thread (io-wq), and two rules
-// keep those workers from ever waiting on a client. The pipe is empty when we fill it, so the file splice never
-// waits for room in it. The socket is non-blocking, so the socket splice takes what fits or fails with -EAGAIN,
-// and we wait for room with a poll, under the same no-progress timeout as a send. (Into a blocking socket the
-// splice would wait in its worker until the client had read it all, and a LINK_TIMEOUT could not end it: seen on
-// 6.18.) The two splices are not linked: a chain goes on only if an operation moves all it was asked for, and the
-// file splice moves what fits in the pipe, which would end the chain with -ECANCELED.
-//
-// send_more() queues the next step from what is left: the head, then the bytes in the pipe, then the file.
+// Why not through the ring: io_uring has no sendfile, and its IORING_OP_SPLICE (file -> pipe -> socket, what this
+// program did before) always runs in a kernel worker thread (io-wq), never inline. Measured on 100 KiB files, that
+// cost about one context switch and half as much CPU again per request, most of it in the workers (docs/06,
+// "Serving files", has both runs). sendfile() on a socket that never blocks costs the loop one system call per
+// burst and copies nothing into user space, as in 05 and nginx. What it gives up: a page-cache miss makes
+// sendfile() wait for the disk in the loop thread, stalling this loop's other connections, where the worker would
+// have waited alone (nginx has `aio threads` for that). Like the openat2() in answer(), a price of a short program.
 void Loop::send_more(Conn& c) {
   c.state = State::kSending;
   Outgoing& out = c.out;
-  if (out.done() && c.piped == 0) return response_sent(c);
-  if (out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return close_conn(c);  // out of descriptors
-    c.pipe_rd.reset(fds[0]);
-    c.pipe_wr.reset(fds[1]);
-    ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);  // refused past fs.pipe-max-size or -user-pages-soft: 64 KiB then
-  }
-  io_uring_sqe* sqe = get_sqe(2);  // 2: room for a linked timeout
   if (out.head_sent < out.head.size()) {
+    io_uring_sqe* sqe = get_sqe(2);  // 2: room for a linked timeout
     int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
     io_uring_prep_send(sqe, c.fd, out.head.data() + out.head_sent, out.head.size() - out.head_sent,
                        MSG_NOSIGNAL | more);
-    tag_with_timeout(sqe, Op::kSend, c, idle_);
-  } else if (c.piped > 0) {
-    io_uring_prep_splice(sqe, c.pipe_rd.get(), -1, c.fd, -1, static_cast<unsigned>(c.piped), 0);
-    tag(sqe, Op::kPipeToSocket, &c);
-  } else {
-    auto count = static_cast<unsigned>(std::min(out.left, kSpliceMax));
-    io_uring_prep_splice(sqe, out.file.get(), out.offset, c.pipe_wr.get(), -1, count, 0);
-    tag(sqe, Op::kFileToPipe, &c);
+    return tag_with_timeout(sqe, Op::kSend, c, idle_);
   }
+  switch (send_some(c.fd, out)) {  // common/response.hpp: the file (nothing when the response is all head)
+    case SendProgress::kDone: return response_sent(c);
+    case SendProgress::kFailed: return close_conn(c);
+    case SendProgress::kBlocked: break;
+  }
+  io_uring_sqe* sqe = get_sqe(2);
+  io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
+  tag_with_timeout(sqe, Op::kWritable, c, idle_);
 }
 
+// kSend: part of the head is out. kWritable: the socket has room again. Anything else (a reset, EPIPE, -ECANCELED
+// from the idle timeout or the stop grace) ends the connection.
 void Loop::on_sent(Conn& c, Op op, int res) {
-  if (op == Op::kPipeToSocket && res == -EAGAIN) {  // the socket is full: wait for room, --idle-timeout at most
-    io_uring_sqe* sqe = get_sqe(2);
-    io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
-    return tag_with_timeout(sqe, Op::kWritable, c, idle_);
-  }
-  // Reset, EPIPE, -ECANCELED (the idle timeout fired, or the stop grace ran out)... or 0 from the file: it shrank,
-  // and the Content-Length we promised can no longer be kept. Closing tells the client its copy is short.
   if (res <= 0) return close_conn(c);
-  auto n = static_cast<std::size_t>(res);
-  if (op == Op::kSend) c.out.head_sent += n;
-  if (op == Op::kPipeToSocket) c.piped -= n;
-  if (op == Op::kFileToPipe) {
-    c.piped = n;
-    c.out.offset += res;
-    c.out.left -= res;
-    if (c.out.left == 0) c.out.file.reset();  // the rest is in the pipe: the file can be closed
-  }
-  send_more(c);  // after kWritable: there is room again
+  if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
+  send_more(c);
 }
 
 // The whole response is out: close, or wait for the next request, whose deadline starts now.
@@ -489,8 +458,6 @@ void Loop::release(Conn& c) {
   c.generation = (c.generation + 1) & kGenerationMask;
   c.in.clear();
   c.out = Outgoing();  // closes the file of a response cut short
-  c.pipe_rd.reset();   // and the pipe, with whatever it still held
-  c.pipe_wr.reset();
   free_.push_back(c.slot);
   --live_;
 }

@@ -4,12 +4,12 @@
 //                            (or 301, 304, 403, 404, 500, 503...), as an Outgoing
 //   refuse(status)           the answer to a request the parser refused (or a 503 at accept): closes after it
 //   send_whole(sock, out)    blocking sockets (01, 02, 04): all of it, or false
-//   send_some(sock, out)     non-blocking sockets (03, 05, 07): what the socket takes now
+//   send_some(sock, out)     non-blocking sockets (03, 05, 06, 07): what the socket takes now
 //
 // A file is never read into memory: sendfile() moves its bytes from the page cache to the socket inside the kernel,
 // with no copy into user space, and the socket's send buffer is the only buffer, so a slow reader gets backpressure
-// (the sender waits, or waits for writability) rather than a growing queue. 06 sends the same Outgoing its own way
-// (the head with IORING_OP_SEND, the file with splice through a pipe).
+// (the sender waits, or waits for writability) rather than a growing queue. 06 sends the head with IORING_OP_SEND
+// and the file with send_some(), waiting for writability with IORING_OP_POLL_ADD.
 //
 // sendfile() has no MSG_NOSIGNAL: writing to a connection the peer has closed raises SIGPIPE, which would kill the
 // process. start_process() ignores SIGPIPE for that reason (the sends of the head pass MSG_NOSIGNAL too).
@@ -125,8 +125,9 @@ inline bool send_whole(int sock, Outgoing& out) {
 // The same, for a response built only to be sent: send_whole(fd, refuse(503)).
 inline bool send_whole(int sock, Outgoing&& out) { return send_whole(sock, out); }
 
-// Non-blocking sockets (03, 05, 07): send what the socket takes now: the rest of head (send with MSG_NOSIGNAL), then
-// sendfile() with the saved offset. kDone: all sent. kBlocked: wait for writability and call again. kFailed: close.
+// Non-blocking sockets (03, 05, 06, 07): send what the socket takes now: the rest of head (send with
+// MSG_NOSIGNAL), then sendfile() with the saved offset. kDone: all sent. kBlocked: wait for writability and call
+// again. kFailed: close.
 enum class SendProgress { kDone, kBlocked, kFailed };
 
 inline SendProgress send_some(int sock, Outgoing& out) {
