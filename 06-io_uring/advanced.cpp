@@ -625,7 +625,7 @@ void Loop::send_more(Conn& c) {
   Outgoing& out = c.out;
   if (out.done() && c.piped == 0 && c.zc_sent == c.zc_filled && c.zc_notifs == 0) return response_sent(c);
   if (f_.send_zc && out.head_sent == out.head.size()) return send_file_zc(c);
-  if (out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file
+  if (!f_.send_zc && out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file (--send-zc: no pipe)
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return close_conn(c);  // out of descriptors
     c.pipe_rd.reset(fds[0]);
