@@ -23,7 +23,7 @@ class Lifecycle : public ServerTest {};
 // ThreadSanitizer runs a signal handler only once the thread that took the signal enters a function it intercepts.
 // A loop waiting in io_uring_enter(), a raw system call from liburing, is not in one, so under TSan an io_uring
 // server may see SIGTERM only when some other event wakes its loop, seconds later (seen with ctest -j2:
-// s06adv_sqpoll, _multishot_accept and _fixed_files still running 3 to 10 s after the signal; alone, 45 of 45
+// s06adv_sqpoll, _multishot_accept and _fixed_files still running 3 to 10 s after the signal; alone, 46 of 46
 // passed). How fast a signal stops the io_uring servers is therefore checked by the Release and ASan builds only.
 bool signal_timing_is_tsans(const ServerInfo& server) {
 #if defined(__SANITIZE_THREAD__)
