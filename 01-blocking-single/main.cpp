@@ -41,7 +41,6 @@ void serve(Fd client, const Options& opts) {
         return;  // stop, deadline passed, EOF, error
       continue;
     }
-    InFlight counted;
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks the only thread we have
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
     if (!send_whole(client.get(), out) || !out.keep_alive) return;

@@ -27,9 +27,12 @@ namespace {
 
 // [excerpt:serve-connection]
 // Serves one connection, in its own thread, until the client closes it, an error occurs, or a request head takes
-// longer than --idle-timeout to arrive (the request deadline). Word for word chapter 01's loop: blocking here now
-// stops only this thread, and the other connections carry on in theirs.
-void serve(Fd client, const Options& opts) {
+// longer than --idle-timeout to arrive (the request deadline). Chapter 01's loop, word for word: blocking here now
+// stops only this thread, and the other connections carry on in theirs. The one addition is the entry in `open`,
+// through which a stop can end this thread's wait in recv() (see the stop in main()).
+void serve(Fd client, OpenConnections& open, const Options& opts) {
+  const OpenConnections::Entry entry(open, client.get());  // removed before `client` closes the descriptor
+  if (!entry) return;  // the server is stopping
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
@@ -44,7 +47,6 @@ void serve(Fd client, const Options& opts) {
         return;  // stop, deadline passed, EOF, error
       continue;
     }
-    InFlight counted;
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks this connection's thread, and only it
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
     if (!send_whole(client.get(), out) || !out.keep_alive) return;
@@ -61,18 +63,20 @@ int main(int argc, char** argv) {
       argc, argv, {"02-thread-per-conn", 0, "it starts one thread per connection, as many as there are clients"});
   start_process();
   std::vector<Fd> listener = listen_sockets(opts);
+  OpenConnections open;  // the connections being served, one thread each
 
   // [excerpt:accept-loop]
   // Ownership: the new thread owns the connection (it rebuilds the Fd from the number) and closes it when serve()
-  // returns. The thread is detached: nobody joins it, it simply ends. It captures a copy of the options, so it
-  // points into nobody's stack. If the thread cannot be created (std::system_error, EAGAIN: the thread limit or no
-  // memory left for another stack), this client gets 503 and the server keeps serving everyone else.
+  // returns. The thread is detached: nobody joins it, it simply ends. It captures a copy of the options, and a
+  // reference to `open`, which lives as long as the process (main() never returns: see the stop). If the thread
+  // cannot be created (std::system_error, EAGAIN: the thread limit or no memory left for another stack), this
+  // client gets 503 and the server keeps serving everyone else.
   for (;;) {
     Fd client = accept_or_stop(listener[0].get());
     if (!client.valid()) break;  // SIGINT or SIGTERM: stop accepting
     const int fd = client.release();
     try {
-      std::thread([fd, opts] { serve(Fd(fd), opts); }).detach();
+      std::thread([fd, &open, opts] { serve(Fd(fd), open, opts); }).detach();
     } catch (const std::system_error&) {
       Fd refused(fd);  // the thread never existed, so the connection is still ours to answer and close
       send_whole(refused.get(), refuse(503));
@@ -82,9 +86,9 @@ int main(int argc, char** argv) {
 
   // [excerpt:stop]
   listener.clear();      // new clients are refused from now on, instead of waiting in the listen queue
-  wait_for_in_flight();  // requests already in the handler get up to 2 s to write their responses
-  // Threads that wait in recv() on idle connections would only notice the stop at their request deadline (the signal
-  // interrupts one thread, not all), and there is no list of them to join: end the process here.
+  open.stop_and_wait();  // wakes every thread waiting in recv(); the requests already read get up to 2 s
+  // The threads are detached, so there is nothing to join, and one may still be writing to a slow reader when the
+  // 2 s are up: end the process here rather than return from main() under their feet.
   exit_now();
   // [/excerpt:stop]
 }

@@ -84,8 +84,11 @@ class ConnectionQueue {
 // [/excerpt:queue]
 
 // [excerpt:serve-connection]
-// Chapter 01's loop, run by a worker, plus one rule: be fair to the connections waiting in the queue.
-void serve(Fd client, ConnectionQueue& queue, const Options& opts) {
+// Chapter 01's loop, run by a worker, plus one rule: be fair to the connections waiting in the queue. As in 02, the
+// entry in `open` is how a stop ends the worker's wait in recv() (see the stop in main()).
+void serve(Fd client, ConnectionQueue& queue, OpenConnections& open, const Options& opts) {
+  const OpenConnections::Entry entry(open, client.get());  // removed before `client` closes the descriptor
+  if (!entry) return;  // the server is stopping
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
@@ -100,7 +103,6 @@ void serve(Fd client, ConnectionQueue& queue, const Options& opts) {
         return;  // stop, deadline passed, EOF, error
       continue;
     }
-    InFlight counted;
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks this worker, and only it
     // Fairness, the classic thread-pool lesson with keep-alive. A worker that keeps a keep-alive connection spends
     // the gaps between its requests in recv(), serving nobody, while the connections queued behind it wait for a
@@ -118,11 +120,11 @@ void serve(Fd client, ConnectionQueue& queue, const Options& opts) {
 }
 // [/excerpt:serve-connection]
 
-void worker(ConnectionQueue& queue, const Options& opts) {
+void worker(ConnectionQueue& queue, OpenConnections& open, const Options& opts) {
   for (;;) {
     Fd client = queue.pop();
     if (!client.valid()) return;  // stop requested and nothing left in the queue
-    serve(std::move(client), queue, opts);
+    serve(std::move(client), queue, open, opts);
   }
 }
 
@@ -132,9 +134,11 @@ int main(int argc, char** argv) {
   const Options opts = options_or_exit(argc, argv, {"04-threadpool", kDefaultThreads, ""});
   start_process();
   ConnectionQueue queue;
+  OpenConnections open;  // the connections the workers are serving
   std::vector<std::thread> workers;  // started before "listening on", so the server is ready when it says so
   try {
-    for (int i = 0; i < opts.threads; ++i) workers.emplace_back(worker, std::ref(queue), std::cref(opts));
+    for (int i = 0; i < opts.threads; ++i)
+      workers.emplace_back(worker, std::ref(queue), std::ref(open), std::cref(opts));
   } catch (const std::system_error&) {
     fail_startup("cannot start " + std::to_string(opts.threads) + " worker threads");
   }
@@ -151,9 +155,8 @@ int main(int argc, char** argv) {
   // [excerpt:stop]
   listener.clear();      // new clients are refused from now on, instead of waiting in the listen queue
   queue.stop();          // idle workers wake up; each one closes what is still queued, then returns
-  wait_for_in_flight();  // requests already in the handler get up to 2 s to write their responses
-  // No join: a worker may wait in recv() on an idle keep-alive connection until its request deadline (the signal
-  // interrupts one thread, not all). End the process here instead.
+  open.stop_and_wait();  // wakes every worker waiting in recv(); the requests already read get up to 2 s
+  // No join: a worker may still be writing to a slow reader when the 2 s are up. End the process here instead.
   exit_now();
   // [/excerpt:stop]
 }
