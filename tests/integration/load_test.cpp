@@ -57,6 +57,22 @@ template <typename Fixture>
 
 long long to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
+// Whether 8 requests of 20 ms overlap: up to 3 rounds of them, stopping at the first under `enough`; `best` is the
+// fastest. A loaded machine (ctest -j2, a sanitizer) only ever adds time, so one slow round proves nothing, while
+// one fast round proves the overlap (8 requests served one after the other take at least 160 ms, however fast
+// the machine is).
+template <typename Fixture>
+::testing::AssertionResult fastest_of_three(Fixture& test, Clock::duration enough, Clock::duration& best) {
+  best = Clock::duration::max();
+  for (int round = 0; round < 3 && best >= enough; ++round) {
+    Clock::duration elapsed{};
+    ::testing::AssertionResult answered = all_answered(test, 8, "Connection: close\r\n", "close", elapsed);
+    if (!answered) return answered;
+    best = std::min(best, elapsed);
+  }
+  return ::testing::AssertionSuccess();
+}
+
 class Load : public ServerTest {
  public:
   using ServerTest::connect;
@@ -73,10 +89,11 @@ TEST_P(Load, TwoHundredConcurrentClients) {
 TEST_P(Load, ConcurrencyProperty) {
   if (!launch({"--delay-us", "20000"})) return;
   Clock::duration elapsed{};
-  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
   if (server_info().number == 1) {
+    ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
     EXPECT_GE(to_ms(elapsed), 155) << "01 serves one connection at a time: 8 x 20 ms cannot overlap";
   } else {
+    ASSERT_TRUE(fastest_of_three(*this, 120ms, elapsed));
     EXPECT_LT(to_ms(elapsed), 120) << "8 requests of 20 ms each should overlap, not take 8 x 20 ms";
   }
 }
@@ -102,7 +119,7 @@ class EventLoop : public ServerTest {
 TEST_P(EventLoop, TimerHandlerOverlapsOnOneLoop) {
   if (!launch(one_loop({"--delay-us", "20000", "--handler", "wait"}))) return;
   Clock::duration elapsed{};
-  ASSERT_TRUE(all_answered(*this, 8, "Connection: close\r\n", "close", elapsed));
+  ASSERT_TRUE(fastest_of_three(*this, 120ms, elapsed));
   EXPECT_LT(to_ms(elapsed), 120) << "one loop with timers should overlap 8 waits of 20 ms";
 }
 
