@@ -8,25 +8,9 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/loopback.hpp"
+
 namespace {
-
-Options any_port() {
-  Options o;
-  o.port = 0;
-  return o;
-}
-
-int port_of(int fd) { return detail::bound_port(fd); }
-
-Fd connect_to(int port) {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fd.reset();
-  return fd;
-}
 
 TEST(Net, FdClosesOnceAndMoves) {
   int raw = ::open("/dev/null", O_RDONLY);
