@@ -20,7 +20,15 @@ esac
 
 # shellcheck source-path=SCRIPTDIR/..
 source tools/ensure-packages.sh  # ensure_packages
-ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev libgtest-dev apache2-utils python3 || exit 1
+# Everything any test needs, once, before CTest starts: the build's libraries, and the load tools the benchmark's
+# smoke tests drive. Installed here, the tests that CTest runs in parallel never need to install anything.
+ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev libgtest-dev python3 \
+  apache2-utils wrk curl || exit 1
+# Optional: without them the benchmark draws no plot and counts no syscalls, and its shellcheck test is skipped.
+# (linux-perf is Debian's name; Ubuntu's is linux-tools-*, so a failure here is not fatal.)
+if [ "$(id -u)" -eq 0 ]; then
+  ensure_packages gnuplot-nox linux-perf shellcheck 2>/dev/null || echo "(optional: gnuplot-nox, linux-perf or shellcheck could not be installed)" >&2
+fi
 
 build="build${sanitize:+-$sanitize}"
 build_type=Release
