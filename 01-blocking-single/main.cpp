@@ -13,6 +13,7 @@
 #include <chrono>
 #include <string>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -26,24 +27,28 @@ namespace {
 // Serves one connection until the client closes it, an error occurs, or a request head takes longer than
 // --idle-timeout to arrive (the request deadline: before each recv(), SO_RCVTIMEO is set to the time left, so a
 // client that dribbles bytes is closed on time too). Everyone else waits meanwhile: that is the lesson of this chapter.
+// How it ends (common/closing.hpp): after a last response (an error, Connection: close), gracefully: our FIN, then
+// what the client still sends is read and thrown away until it closes too, so that no RST destroys the response
+// before the client has read it; at the request deadline, or when a send fails, with a reset.
 void serve(Fd client, const Options& opts) {
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet answered; may hold several pipelined requests
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
     http::Parse p = http::parse_request(in);
-    if (p.status == http::Parse::kError) {
-      send_whole(client.get(), refuse(p.error));
-      return;  // the Fd closes the connection
-    }
+    if (p.status == http::Parse::kError)  // answer, then end the connection: nothing can follow a framing error
+      return end_after_response(client.get(), send_whole(client.get(), refuse(p.error)));
     if (p.status == http::Parse::kIncomplete) {
-      if (stop_requested() || !set_recv_deadline(client.get(), deadline) || recv_into(client.get(), in) <= 0)
-        return;  // stop, deadline passed, EOF, error
+      if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
+      long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
+      if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
+      if (n <= 0) return;  // EOF or an error: the client ended it
       continue;
     }
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks the only thread we have
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
-    if (!send_whole(client.get(), out) || !out.keep_alive) return;
+    bool sent = send_whole(client.get(), out);
+    if (!sent || !out.keep_alive) return end_after_response(client.get(), sent);  // graceful, or reset if not sent
     in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
     deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
   }
@@ -64,5 +69,5 @@ int main(int argc, char** argv) {
     serve(std::move(client), opts);
   }
   // [/excerpt:accept-loop]
-  return 0;  // serve() always finishes its response before returning, so nothing is left in flight
+  return 0;  // serve() finishes (or, past the stop's grace, resets) its connection before returning
 }

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -38,18 +39,19 @@ void serve(Fd client, OpenConnections& open, const Options& opts) {
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
     http::Parse p = http::parse_request(in);
-    if (p.status == http::Parse::kError) {
-      send_whole(client.get(), refuse(p.error));
-      return;  // the Fd closes the connection
-    }
+    if (p.status == http::Parse::kError)  // answer, then end the connection: nothing can follow a framing error
+      return end_after_response(client.get(), send_whole(client.get(), refuse(p.error)));
     if (p.status == http::Parse::kIncomplete) {
-      if (stop_requested() || !set_recv_deadline(client.get(), deadline) || recv_into(client.get(), in) <= 0)
-        return;  // stop, deadline passed, EOF, error
+      if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
+      long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
+      if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
+      if (n <= 0) return;  // EOF or an error: the client ended it
       continue;
     }
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks this connection's thread, and only it
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
-    if (!send_whole(client.get(), out) || !out.keep_alive) return;
+    bool sent = send_whole(client.get(), out);
+    if (!sent || !out.keep_alive) return end_after_response(client.get(), sent);  // graceful, or reset if not sent
     in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
     deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
   }

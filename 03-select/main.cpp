@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -43,10 +44,12 @@ constexpr int kAcceptBatch = 64;
 //   accept --> READING ---- request complete: arm the handler's timer ---------> WAITING
 //               ^ |  \                                                              |
 //               | |   \                                                             | the timer fires
-//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> close: sent with
-//               | |                                                                 |        Connection: close, or
-//               | `--> close: EOF, error, request deadline, stop                    |        stopping; error; a
-//               `------------------ whole response sent, keep-alive ----------------'        stalled reader
+//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> reset: a send failed,
+//               | |                                                                 |  |     or a stalled reader
+//               | `--> close: EOF, error, stop; reset: request deadline             |  |
+//               `------------------ whole response sent, keep-alive ----------------'  | sent, and not kept:
+//                                                                                      v Connection: close, error,
+//                                            close <-- EOF, error, 16 MiB, deadline  LINGERING        or stopping
 //
 //   READING: wants input. The request deadline (--idle-timeout) counts from when it began waiting (accept, or the
 //   previous response sent); reads do not push it back, so a client that dribbles its head is closed all the same.
@@ -54,9 +57,12 @@ constexpr int kAcceptBatch = 64;
 //   WRITING: wants writability until `out` is all sent: its head, then (with --root) its file by sendfile() from
 //   the saved offset, as much as the socket takes each time. A reader that takes nothing for the idle timeout is
 //   closed, like SO_SNDTIMEO in the blocking chapters; a slow one that keeps reading is not (see listen_sockets()).
+//   LINGERING: the graceful end (common/closing.hpp). Our FIN has gone out after the response (shutdown SHUT_WR);
+//   what the client still sends is read and thrown away until its FIN, so a close with unread bytes never sends
+//   an RST that would destroy the response before the client has read it. A deadline of its own bounds it.
 //   Not handled here: the disk. Opening a file and reading it (in sendfile) block the loop while the disk works;
 //   readiness says nothing about regular files, which always count as ready. Chapter 06 makes that I/O asynchronous.
-enum class State { kReading, kWaiting, kWriting };
+enum class State { kReading, kWaiting, kWriting, kLingering };
 
 struct Conn {
   Fd fd;                          // closed when close_conn() drops the connection from the table
@@ -66,13 +72,14 @@ struct Conn {
   http::Request request;          // WAITING: the request the handler is working on
   Outgoing out;                   // WRITING: the response, how far it has got, and whether to close after it
   Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
+  Lingering lingering;            // LINGERING: its deadline, and the bytes thrown away
 };
 // [/excerpt:connection]
 
 // Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
 // connection that has closed (its fd number perhaps reused since) or moved on, it is ignored.
 struct Timer {
-  enum Kind { kHandler, kIdle } kind;
+  enum Kind { kHandler, kIdle, kLinger } kind;
   int fd;
   std::uint64_t generation;
 };
@@ -94,7 +101,7 @@ class Loop {
       Clock::time_point now = Clock::now();
       while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
       if (stop_requested() && !stopping_) begin_stop(now);
-      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return;  // ~Loop closes whatever is left
+      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return reset_all();  // the grace is over
 
       // select() overwrites its fd_sets with its answer and (on Linux) the timeout with the time left, so both
       // are rebuilt every turn: the sets from copies of what we want, the timeout from the timer heap.
@@ -141,6 +148,10 @@ class Loop {
   // [/excerpt:accept]
 
   void on_readable(Conn& c) {
+    if (c.state == State::kLingering) {  // throw the bytes away; the client's FIN (or the deadline) ends it
+      if (!discard_input(c.fd.get(), c.lingering)) close_conn(c);
+      return;
+    }
     long n = recv_into(c.fd.get(), c.in);
     if (n == -2) return;               // nothing to read after all
     if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
@@ -158,10 +169,10 @@ class Loop {
     for (;;) {
       if (c.state == State::kWriting) {
         SendProgress progress = send_some(c.fd.get(), c.out);
-        if (progress == SendProgress::kFailed) return close_conn(c);  // the peer reset or vanished, or the file shrank
+        if (progress == SendProgress::kFailed) return reset_conn(c);  // the peer reset or vanished, or the file shrank
         c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
         if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
-        if (!c.out.keep_alive || stopping_) return close_conn(c);
+        if (!c.out.keep_alive || stopping_) return start_lingering(c);  // the graceful end
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
@@ -186,11 +197,11 @@ class Loop {
   // [/excerpt:advance]
 
   // What select() should watch this connection for, from its state: READING input, WRITING output (only while
-  // there are unsent bytes: a socket is writable nearly always), WAITING nothing.
+  // there are unsent bytes: a socket is writable nearly always), WAITING nothing, LINGERING input.
   void watch(Conn& c) {
     FD_CLR(c.fd.get(), &want_read_);
     FD_CLR(c.fd.get(), &want_write_);
-    if (c.state == State::kReading) FD_SET(c.fd.get(), &want_read_);
+    if (c.state == State::kReading || c.state == State::kLingering) FD_SET(c.fd.get(), &want_read_);
     if (c.state == State::kWriting) FD_SET(c.fd.get(), &want_write_);
   }
 
@@ -204,11 +215,19 @@ class Loop {
       start_writing(c, respond(opts_, c.request));
       return advance(c);
     }
+    // LINGERING has a deadline of its own, which the bytes that come in push back: its timer looks at it again,
+    // and the idle timer retires. Past it, a plain close: the response has had its time.
+    if (c.state == State::kLingering) {
+      if (t.kind != Timer::kLinger) return;
+      if (c.lingering.deadline() <= now) return close_conn(c);
+      return timers_.add(c.lingering.deadline(), t);
+    }
     // The deadline check. Write progress and finished responses move idle_since, not the heap: the check looks at
-    // the real deadline now; past it, close, otherwise look again then. (The handler's wait never counts.)
+    // the real deadline now; past it, reset (closing.hpp), otherwise look again then. (The handler's wait never
+    // counts.)
     Clock::time_point deadline = c.idle_since + opts_.idle_timeout;
     if (c.state == State::kWaiting) deadline = now + opts_.idle_timeout;
-    if (deadline <= now) return close_conn(c);
+    if (deadline <= now) return reset_conn(c);
     timers_.add(deadline, t);  // each connection has exactly one idle timer in the heap
   }
   // [/excerpt:timers]
@@ -228,6 +247,25 @@ class Loop {
     for (Conn* c : idle) close_conn(*c);
   }
   // [/excerpt:stop]
+
+  // The graceful end (common/closing.hpp): our FIN goes out after the response; the client's ends LINGERING.
+  void start_lingering(Conn& c) {
+    if (!shutdown_writing(c.fd.get())) return close_conn(c);  // the peer is gone already
+    c.state = State::kLingering;
+    c.lingering = Lingering(Clock::now());
+    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.fd.get(), c.generation});
+    watch(c);
+  }
+
+  // The abortive end: a timeout, a failed send, or the end of the stop's grace. The close sends an RST.
+  void reset_conn(Conn& c) {
+    reset_connection(c.fd.get());
+    close_conn(c);
+  }
+  void reset_all() {
+    for (auto& entry : conns_) reset_connection(entry.first);
+    conns_.clear();  // each Fd closes its socket
+  }
 
   // The one way a connection ends: select() stops watching it, and the table drops it (its Fd closes the socket).
   void close_conn(Conn& c) {

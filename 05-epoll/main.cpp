@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -48,10 +49,12 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //   accept --> READING ---- request complete: arm the handler's timer ---------> WAITING
 //               ^ |  \                                                              |
 //               | |   \                                                             | the timer fires
-//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> close: sent with
-//               | |                                                                 |        Connection: close, or
-//               | `--> close: EOF, error, request deadline, stop                    |        stopping; error; a
-//               `------------------ whole response sent, keep-alive ----------------'        stalled reader
+//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> reset: a send failed,
+//               | |                                                                 |  |     or a stalled reader
+//               | `--> close: EOF, error, stop; reset: request deadline             |  |
+//               `------------------ whole response sent, keep-alive ----------------'  | sent, and not kept:
+//                                                                                      v Connection: close, error,
+//                                            close <-- EOF, error, 16 MiB, deadline  LINGERING        or stopping
 //
 //   READING: wants input. The request deadline (--idle-timeout) counts from when it began waiting (accept, or the
 //   previous response sent); reads do not push it back, so a client that dribbles its head is closed all the same.
@@ -59,9 +62,12 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //   WRITING: wants writability until `out` is all sent: its head, then (with --root) its file by sendfile() from
 //   the saved offset, as much as the socket takes each time. A reader that takes nothing for the idle timeout is
 //   closed, like SO_SNDTIMEO in the blocking chapters; a slow one that keeps reading is not (see listen_sockets()).
+//   LINGERING: the graceful end (common/closing.hpp). Our FIN has gone out after the response (shutdown SHUT_WR);
+//   what the client still sends is read and thrown away until its FIN, so a close with unread bytes never sends
+//   an RST that would destroy the response before the client has read it. A deadline of its own bounds it.
 //   Not handled here: the disk. Opening a file and reading it (in sendfile) block the loop while the disk works;
 //   readiness says nothing about regular files, which always count as ready. Chapter 06 makes that I/O asynchronous.
-enum class State { kReading, kWaiting, kWriting };
+enum class State { kReading, kWaiting, kWriting, kLingering };
 
 struct Conn {
   Fd fd;                          // closed when close_conn() drops the connection from the table
@@ -71,6 +77,7 @@ struct Conn {
   http::Request request;          // WAITING: the request the handler is working on
   Outgoing out;                   // WRITING: the response, how far it has got, and whether to close after it
   Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
+  Lingering lingering;            // LINGERING: its deadline, and the bytes thrown away
   std::uint32_t events = 0;       // what epoll watches this fd for now, so watch() calls epoll_ctl() only on change
 };
 // [/excerpt:connection]
@@ -78,7 +85,7 @@ struct Conn {
 // Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
 // connection that has closed (its fd number perhaps reused since) or moved on, it is ignored.
 struct Timer {
-  enum Kind { kHandler, kIdle, kResumeAccept } kind;
+  enum Kind { kHandler, kIdle, kLinger, kResumeAccept } kind;
   int fd;
   std::uint64_t generation;
 };
@@ -99,7 +106,7 @@ class Loop {
       Clock::time_point now = Clock::now();
       while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
       if (stop_requested() && !stopping_) begin_stop(now);
-      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return;  // ~Loop closes whatever is left
+      if (stopping_ && (conns_.empty() || now >= stop_deadline_)) return reset_all();  // the grace is over
 
       // The watched set lives in the kernel; only the timeout is ours, in nanoseconds. (epoll_wait() counts whole
       // milliseconds: rounded up, a 1 ms handler could take 2 ms; rounded down, the loop would spin until due.)
@@ -117,7 +124,9 @@ class Loop {
         if (it == conns_.end()) continue;  // the listener, the stop fd, or a connection closed earlier this turn
         Conn& c = it->second;
         // ERR and HUP are reported even when not asked for, e.g. in WAITING: the peer is gone, nothing to answer.
-        if (events[i].events & (EPOLLERR | EPOLLHUP)) close_conn(c);
+        // (LINGERING reads first: a HUP after the client's FIN may come with bytes that must be read, not reset.)
+        if (c.state == State::kLingering && (events[i].events & (EPOLLIN | EPOLLHUP))) on_readable(c);
+        else if (events[i].events & (EPOLLERR | EPOLLHUP)) close_conn(c);
         else if (events[i].events & EPOLLIN) on_readable(c);
         else if (events[i].events & EPOLLOUT) advance(c);
       }
@@ -149,6 +158,10 @@ class Loop {
   // [/excerpt:accept]
 
   void on_readable(Conn& c) {
+    if (c.state == State::kLingering) {  // throw the bytes away; the client's FIN (or the deadline) ends it
+      if (!discard_input(c.fd.get(), c.lingering)) close_conn(c);
+      return;
+    }
     long n = recv_into(c.fd.get(), c.in);
     if (n == -2) return;               // nothing to read after all
     if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
@@ -166,10 +179,10 @@ class Loop {
     for (;;) {
       if (c.state == State::kWriting) {
         SendProgress progress = send_some(c.fd.get(), c.out);
-        if (progress == SendProgress::kFailed) return close_conn(c);  // the peer reset or vanished, or the file shrank
+        if (progress == SendProgress::kFailed) return reset_conn(c);  // the peer reset or vanished, or the file shrank
         c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
         if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
-        if (!c.out.keep_alive || stopping_) return close_conn(c);
+        if (!c.out.keep_alive || stopping_) return start_lingering(c);  // the graceful end
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
@@ -195,7 +208,7 @@ class Loop {
 
   // [excerpt:watch]
   // What epoll should watch this connection for, from its state: READING input, WRITING output (only while
-  // there are unsent bytes: a socket is writable nearly always), WAITING nothing.
+  // there are unsent bytes: a socket is writable nearly always), WAITING nothing, LINGERING input.
   //
   // Level-triggered (no EPOLLET): like select(), epoll reports an fd for as long as it is ready. So a handler may
   // do one recv() and return, and what is left is reported next turn: no connection starves the others, and no
@@ -203,7 +216,7 @@ class Loop {
   // EPOLLET the interest could stay fixed, but every handler must read and write until EAGAIN: that is a lab.
   void watch(Conn& c) {
     std::uint32_t want = 0;
-    if (c.state == State::kReading) want = EPOLLIN;
+    if (c.state == State::kReading || c.state == State::kLingering) want = EPOLLIN;
     if (c.state == State::kWriting) want = EPOLLOUT;
     if (want == c.events) return;  // unchanged: spare the system call
     if (!control(EPOLL_CTL_MOD, c.fd.get(), want)) return close_conn(c);
@@ -240,11 +253,19 @@ class Loop {
       start_writing(c, respond(opts_, c.request));
       return advance(c);
     }
+    // LINGERING has a deadline of its own, which the bytes that come in push back: its timer looks at it again,
+    // and the idle timer retires. Past it, a plain close: the response has had its time.
+    if (c.state == State::kLingering) {
+      if (t.kind != Timer::kLinger) return;
+      if (c.lingering.deadline() <= now) return close_conn(c);
+      return timers_.add(c.lingering.deadline(), t);
+    }
     // The deadline check. Write progress and finished responses move idle_since, not the heap: the check looks at
-    // the real deadline now; past it, close, otherwise look again then. (The handler's wait never counts.)
+    // the real deadline now; past it, reset (closing.hpp), otherwise look again then. (The handler's wait never
+    // counts.)
     Clock::time_point deadline = c.idle_since + opts_.idle_timeout;
     if (c.state == State::kWaiting) deadline = now + opts_.idle_timeout;
-    if (deadline <= now) return close_conn(c);
+    if (deadline <= now) return reset_conn(c);
     timers_.add(deadline, t);  // each connection has exactly one idle timer in the heap
   }
   // [/excerpt:timers]
@@ -263,6 +284,25 @@ class Loop {
     for (Conn* c : idle) close_conn(*c);
   }
   // [/excerpt:stop]
+
+  // The graceful end (common/closing.hpp): our FIN goes out after the response; the client's ends LINGERING.
+  void start_lingering(Conn& c) {
+    if (!shutdown_writing(c.fd.get())) return close_conn(c);  // the peer is gone already
+    c.state = State::kLingering;
+    c.lingering = Lingering(Clock::now());
+    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.fd.get(), c.generation});
+    watch(c);
+  }
+
+  // The abortive end: a timeout, a failed send, or the end of the stop's grace. The close sends an RST.
+  void reset_conn(Conn& c) {
+    reset_connection(c.fd.get());
+    close_conn(c);
+  }
+  void reset_all() {
+    for (auto& entry : conns_) reset_connection(entry.first);
+    conns_.clear();  // each Fd closes its socket
+  }
 
   // The one way a connection ends: the table drops it, its Fd closes the socket, and closing takes it out of the
   // epoll set (nothing dup()s our sockets, so that close is the last reference).

@@ -2,21 +2,25 @@
 //
 //   start_process()    ignore SIGPIPE, raise the descriptor limit, install the SIGINT/SIGTERM handler
 //   stop_requested()   true once SIGINT or SIGTERM has arrived
+//   stop_deadline()    then: when the grace for the responses in flight (kStopGrace, 2 s) is over
 //   stop_fd()          an eventfd that becomes readable, and stays readable, when a stop is requested: loops put it
 //                      in their select/epoll/poll set (or read it on io_uring) to wake up
 //   OpenConnections    the blocking models' connections (02, 04): a stop wakes every thread blocked in recv() on
 //                      one, then gives the requests already read up to 2 s to be answered
 //
-// The stop protocol: stop accepting, finish the responses already being handled, close idle connections, exit 0.
+// The stop protocol: stop accepting, finish the responses already being handled (each ends gracefully, see
+// closing.hpp), close idle connections, reset whatever is still open when the grace is over, exit 0.
 // 07 (Asio) uses asio::signal_set instead, and only shares the 2 s grace period.
 #pragma once
 
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include <mutex>
 #include <set>
 
+#include "closing.hpp"
 #include "net.hpp"
 
 constexpr std::chrono::seconds kStopGrace{2};  // how long responses in flight may take after a stop
@@ -33,15 +38,29 @@ namespace detail {
 inline std::atomic<bool> stop_flag{false};
 inline int stop_eventfd = -1;
 
-inline void on_stop_signal(int) {  // async-signal-safe: an atomic store and a write()
+inline std::atomic<std::int64_t> stop_time_ns{0};  // steady_clock's reading when the first stop signal came
+
+inline void on_stop_signal(int) {  // async-signal-safe: clock_gettime(), an atomic store and a write()
+  const int saved_errno = errno;  // the interrupted code may be about to read errno: leave it as it was
+  if (!stop_flag.load()) {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);  // what std::chrono::steady_clock reads on Linux
+    stop_time_ns.store(std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec);
+  }
   stop_flag.store(true);
   std::uint64_t one = 1;
   ssize_t ignored = ::write(stop_eventfd, &one, sizeof one);
   (void)ignored;
+  errno = saved_errno;
 }
 }  // namespace detail
 
 inline bool stop_requested() { return detail::stop_flag.load(std::memory_order_relaxed); }
+
+// Once stop_requested(): when the grace for the responses in flight is over.
+inline std::chrono::steady_clock::time_point stop_deadline() {
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(detail::stop_time_ns.load())) + kStopGrace;
+}
 inline int stop_fd() { return detail::stop_eventfd; }
 
 inline void start_process() {
@@ -55,6 +74,18 @@ inline void start_process() {
   sa.sa_flags = 0;  // no SA_RESTART: a thread blocked in recv() or accept() returns EINTR and can notice the stop
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Blocking models: a stop bounds a send to a slow reader too. SO_SNDTIMEO fails a send only after a whole timeout
+// without progress, so a reader that keeps taking a few bytes could hold the process long after the stop. Once a
+// stop is requested, each blocking send first cuts the timeout to what remains of the grace. False when nothing
+// remains: give up on this connection.
+inline bool send_within_stop_grace(int fd) {
+  if (!stop_requested()) return true;
+  auto left = stop_deadline() - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return false;
+  timeval tv = to_timeval(left);
+  return ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0;
 }
 
 // Blocking models with a thread per connection being served (02, 04): how a stop reaches those threads.
@@ -84,12 +115,15 @@ class OpenConnections {
   };
 
   // After the accept loop has stopped: end every wait in recv(), then give the connections up to kStopGrace to
-  // close (each answers what it has read, sees end of file, and closes). True if they all closed in time.
+  // close (each answers what it has read, sees end of file, and closes). True if they all closed in time; if not,
+  // the ones left are reset (closing.hpp), so that the process's exit frees them at once.
   bool stop_and_wait() {
     std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
     for (int fd : fds_) ::shutdown(fd, SHUT_RD);
-    return all_closed_.wait_for(lock, kStopGrace, [this] { return fds_.empty(); });
+    if (all_closed_.wait_until(lock, stop_deadline(), [this] { return fds_.empty(); })) return true;
+    for (int fd : fds_) reset_connection(fd);  // still open under the lock, so still this connection's number
+    return false;
   }
 
  private:

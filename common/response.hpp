@@ -28,6 +28,7 @@
 
 #include "files.hpp"
 #include "http.hpp"
+#include "lifecycle.hpp"
 #include "net.hpp"
 #include "options.hpp"
 
@@ -98,10 +99,12 @@ inline Outgoing refuse(int status) {
 }
 
 // Blocking sockets (01, 02, 04): the head with send(), then sendfile() until `left` is 0. False on an error, a
-// timeout (SO_SNDTIMEO: the reader took nothing for that long), or a file that shrank (sendfile() returns 0 before
-// `left` is 0: the promised Content-Length cannot be kept, so the caller must close the connection).
+// timeout (SO_SNDTIMEO: the reader took nothing for that long), the end of a stop's grace, or a file that shrank
+// (sendfile() returns 0 before `left` is 0: the promised Content-Length cannot be kept). On false the caller resets
+// the connection: the response cannot be completed, and the client must not take a part of it for the whole.
 inline bool send_whole(int sock, Outgoing& out) {
   while (out.head_sent < out.head.size()) {
+    if (!send_within_stop_grace(sock)) return false;
     // MSG_MORE when a file follows: the head waits to share a packet with the file's first bytes.
     int more = out.left > 0 ? MSG_MORE : 0;
     ssize_t n = ::send(sock, out.head.data() + out.head_sent, out.head.size() - out.head_sent, MSG_NOSIGNAL | more);
@@ -111,7 +114,11 @@ inline bool send_whole(int sock, Outgoing& out) {
   }
   // [excerpt:send-whole]
   while (out.left > 0) {
-    auto count = static_cast<std::size_t>(std::min(out.left, detail::kSendfileMax));
+    if (!send_within_stop_grace(sock)) return false;
+    // After a stop, 64 KiB per call: one sendfile() moves its bytes in many pieces, each with the whole send
+    // timeout of its own, so a large count would let a slow reader keep the call, and the stop, going.
+    off_t most = stop_requested() ? off_t{64 * 1024} : detail::kSendfileMax;
+    auto count = static_cast<std::size_t>(std::min(out.left, most));
     ssize_t n = ::sendfile(sock, out.file.get(), &out.offset, count);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;  // 0: the file ended early (it shrank); <0: reset, timeout...

@@ -27,7 +27,7 @@ ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev 
 # Optional: without them the benchmark draws no plot and counts no syscalls, and its shellcheck test is skipped.
 # (linux-perf is Debian's name; Ubuntu's is linux-tools-*, so a failure here is not fatal.)
 if [ "$(id -u)" -eq 0 ]; then
-  ensure_packages gnuplot-nox linux-perf shellcheck 2>/dev/null || echo "(optional: gnuplot-nox, linux-perf or shellcheck could not be installed)" >&2
+  ensure_packages gnuplot-nox linux-perf shellcheck || echo "(optional: gnuplot-nox, linux-perf or shellcheck could not be installed)" >&2
 fi
 
 build="build${sanitize:+-$sanitize}"

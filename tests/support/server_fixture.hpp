@@ -278,6 +278,27 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
 
 using ServerTest = ServerFixture<ServerInfo>;
 
+// Under ThreadSanitizer with ctest -j2, chapter 6's servers have taken 3 to 10 s to act on a signal (seen on
+// s06adv_sqpoll, _multishot_accept and _fixed_files), while alone they passed 46 of 46 times, and an idle one stops
+// within 0.1 s of SIGTERM even with two CPU hogs running. Why is not established: one suspect is that TSan runs a
+// signal handler only once the thread enters a function it intercepts, which io_uring_enter(), a raw system call
+// from liburing, is not. So how fast a signal stops the io_uring servers is checked by the Release and ASan builds
+// only; under TSan these tests are skipped for them.
+inline bool signal_timing_skipped(const ServerInfo& server) {
+#if defined(__SANITIZE_THREAD__)
+  return server.number == 6;
+#else
+  (void)server;
+  return false;
+#endif
+}
+#define SKIP_SIGNAL_TIMING_UNDER_TSAN() \
+  if (signal_timing_skipped(server_info())) GTEST_SKIP() << "signal timing of chapter 6 under TSan: see the comment"
+
+// How long a stopped server may take to exit. Generous on purpose: what these tests check is that it exits, with
+// status 0, and after its response in flight; under ThreadSanitizer with ctest -j2, exiting alone has taken over 3 s.
+constexpr auto kExitBound = 10s;
+
 // Elapsed time as milliseconds, for messages.
 inline long long ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
