@@ -121,7 +121,7 @@ class OpenConnections {
     std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
     for (int fd : fds_) ::shutdown(fd, SHUT_RD);
-    if (all_closed_.wait_until(lock, stop_deadline(), [this] { return fds_.empty(); })) return true;
+    if (all_closed_.wait_for(lock, kStopGrace, [this] { return fds_.empty(); })) return true;
     for (int fd : fds_) reset_connection(fd);  // still open under the lock, so still this connection's number
     return false;
   }
