@@ -5,7 +5,8 @@
 // (response.hpp, and 06's splice). The rules, in order:
 //
 // [excerpt:rules]
-//   1. The target must start with '/' (origin-form). Anything else ('*', "http://host/x", "") is 400.
+//   1. The target must start with '/' (origin-form). http.hpp's parser has already turned an absolute-form target
+//      ("http://host/x?y") into its origin-form ("/x?y"). Anything else ('*', "host:80", "") is 400.
 //   2. The query, from the first '?', is ignored. ('#' never reaches a server; here it is an ordinary byte.)
 //   3. The path is split on '/' first, then each segment is percent-decoded. A bad escape ("%zz", "%4") is 400.
 //      A segment that decodes to a '/' ("%2f") or a NUL ("%00") is 400: no file name contains either. Decoding
@@ -22,8 +23,10 @@
 //      regular file followed by '/' fails with ENOTDIR: 404. ENOENT, ENOTDIR, ELOOP, EXDEV, ENAMETOOLONG: 404.
 //      EACCES, EPERM: 403. EMFILE, ENFILE (out of descriptors): 503. Anything else: 500.
 //   7. A directory without a trailing slash is 301 to the same path with one (so that relative links in its
-//      index.html resolve inside it). With one, or for "/", it serves its index.html, opened by the same rules
-//      from the root; no index.html, or one that is not a regular file, is 403.
+//      index.html resolve inside it), query kept. The Location is built from the segments rules 1 to 4 kept, never
+//      echoed from the target: "//evil.example" moves to "/evil.example/", not to the host evil.example. With a
+//      trailing slash, or for "/", it serves its index.html, opened by the same rules from the root; no
+//      index.html, or one that is not a regular file, is 403.
 //   8. Anything else that is not a regular file (a FIFO, a socket, a device) is 403. Files are opened with
 //      O_NONBLOCK, so opening a FIFO with no writer does not block the server.
 // [/excerpt:rules]
@@ -66,7 +69,7 @@ struct Lookup {
   off_t size = 0;                 // 200: its size when it was opened: the Content-Length
   std::time_t mtime = 0;          // 200: its modification time (seconds): Last-Modified
   std::string_view content_type;  // 200: from the file name's extension
-  std::string location;           // 301: where the directory is, with its trailing slash
+  std::string location;           // 301: where the directory is, with its trailing slash: directory_location()
 };
 
 namespace detail {
@@ -127,6 +130,59 @@ inline Normalized normalize(std::string_view target) {
   }
   n.status = 200;
   return n;
+}
+
+namespace detail {
+
+// RFC 3986 3.3: pchar = unreserved / pct-encoded / sub-delims / ":" / "@". These bytes may stand for themselves in
+// a path segment or a query; any other byte must be percent-encoded there. (Written out rather than with
+// std::isalnum(), whose answer for bytes above 127 depends on the locale.)
+inline bool is_pchar(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("-._~!$&'()*+,;=:@").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+inline void append_escaped(std::string& out, unsigned char c) {
+  static constexpr char kHex[] = "0123456789ABCDEF";  // RFC 3986 2.1: upper case
+  out += '%';
+  out += kHex[c >> 4];
+  out += kHex[c & 15];
+}
+
+}  // namespace detail
+
+// Rule 7: the Location of the directory `rel` (normalize()'s path) named without its trailing slash. `query` is
+// the target's, from its '?' ("" for none).
+//
+// Built from what normalize() validated, never copied from the request: echoing the target turned
+// "GET //evil.example" into "Location: //evil.example/", which a browser reads as a network-path reference
+// (RFC 3986 4.2), that is the host evil.example: an open redirect. Here the path is one '/', then the decoded
+// segments, percent-encoded again where RFC 3986 requires it and joined by '/', then the trailing slash;
+// normalize() keeps no empty segment, so "//" cannot appear. The query is the client's, kept so that it reaches
+// the index, with the bytes a URI may not hold ('"', '<', '#', a '%' that starts no escape, bytes above 127...)
+// encoded, because Location is a URI-reference (RFC 9110 10.2.2). (The parser has already refused whitespace and
+// control bytes, so no CR or LF could reach the header anyway.)
+inline std::string directory_location(std::string_view rel, std::string_view query) {
+  std::string out = "/";
+  for (unsigned char c : rel) {  // a '/' in rel separates segments: rule 3 refused any inside one
+    if (c == '/' || detail::is_pchar(c)) {
+      out += static_cast<char>(c);
+    } else {
+      detail::append_escaped(out, c);
+    }
+  }
+  if (!rel.empty()) out += '/';  // "" is the root, already "/" (and never redirected: "/" has its slash)
+  for (std::size_t i = 0; i < query.size(); ++i) {
+    auto c = static_cast<unsigned char>(query[i]);
+    bool escape = c == '%' && i + 2 < query.size() && detail::hex_value(query[i + 1]) >= 0 &&
+                  detail::hex_value(query[i + 2]) >= 0;  // an escape the client made: keep it as it is
+    if (detail::is_pchar(c) || c == '/' || c == '?' || escape) {
+      out += static_cast<char>(c);
+    } else {
+      detail::append_escaped(out, c);
+    }
+  }
+  return out;
 }
 
 // The Content-Type for a file name, from its extension (case-insensitive). Text types say they are UTF-8.
@@ -268,7 +324,8 @@ inline Lookup lookup(int root_fd, std::string_view target) {
   if (S_ISDIR(st.st_mode)) {  // rule 7
     if (!n.trailing_slash) {
       r.status = 301;
-      r.location = std::string(target.substr(0, target.find('?'))) + "/";
+      std::size_t query = target.find('?');
+      r.location = directory_location(n.rel, query == std::string_view::npos ? "" : target.substr(query));
       return r;
     }
     name = n.rel.empty() ? "index.html" : n.rel + "/index.html";

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace http {
 
@@ -28,7 +29,9 @@ constexpr std::size_t kBodySize = 1024;      // the fixed response body of the c
 struct Request {
   bool head_only = false;   // HEAD: the same headers, no body
   bool keep_alive = false;  // the connection stays open after the response
-  std::string target;       // the request target as sent ("/", "/index.html?x=1")
+  // The request target in origin-form: path and query ("/", "/index.html?x=1"). An absolute-form target
+  // ("http://host/index.html?x=1") arrives here as the origin-form it names, so later code sees one form only.
+  std::string target;
   // The If-Modified-Since value as sent (the last one wins), empty when absent: only --root mode looks at it.
   std::string if_modified_since;
 };
@@ -74,6 +77,48 @@ inline bool is_host(std::string_view value) {
     if (!std::isalnum(c) && std::string_view("-._~%!$&'()*+,;=:[]").find(static_cast<char>(c)) == std::string_view::npos)
       return false;
   return true;
+}
+
+// RFC 9110 9.1: method names are case-sensitive, so "get" is not GET but a method nobody defined.
+inline bool is_known_method(std::string_view method) {
+  // RFC 9110 9.3 defines the first eight; PATCH is RFC 5789's.
+  for (std::string_view known : {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+    if (method == known) return true;
+  return false;
+}
+
+// RFC 9112 3.2 gives a request-target four forms. GET and HEAD ask for a resource, so only the two that name one
+// are theirs:
+//
+//   origin-form     "/path?query"              3.2.1: what a client sends to an origin server. Kept as it is.
+//   absolute-form   "http://host/path?query"   3.2.2: what clients send to a proxy, and "a server MUST accept" it.
+//                                              Reduced to its path and query: the origin-form a client would have
+//                                              sent us. Its authority replaces Host (3.2.2), and this server of one
+//                                              site ignores both. An empty path is "/" (RFC 9110 4.2.3).
+//   authority-form  "host:port"                3.2.3: for CONNECT only.
+//   asterisk-form   "*"                        3.2.4: for OPTIONS only.
+//
+// Neither of the last two names something a GET or a HEAD could fetch, so with those methods they are malformed:
+// 400 (nginx answers 400 too). Returns the origin-form, or std::nullopt for a target in neither of the first two
+// forms.
+inline std::optional<std::string> origin_form(std::string_view target) {
+  if (!target.empty() && target.front() == '/') return std::string(target);
+  // absolute-URI = scheme ":" hier-part [ "?" query ] (RFC 3986 4.3). An http or https URI's hier-part is
+  // "//" authority path-abempty (RFC 9110 4.2.1, 4.2.2); other schemes (ftp:, mailto:, and "host:port", whose
+  // scheme would be "host") name nothing this server has. Schemes are case-insensitive (RFC 3986 3.1).
+  std::size_t colon = target.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string_view scheme = target.substr(0, colon), rest = target.substr(colon + 1);
+  if ((!iequals(scheme, "http") && !iequals(scheme, "https")) || rest.substr(0, 2) != "//") return std::nullopt;
+  rest.remove_prefix(2);
+  std::size_t path_start = rest.find_first_of("/?");
+  std::string_view authority = rest.substr(0, path_start);
+  // RFC 9110 4.2.1: an http URI with an empty host is invalid and MUST be rejected. 4.2.4: userinfo ("user@") is
+  // treated as an error; is_host() refuses the '@'.
+  if (authority.empty() || authority.front() == ':' || !is_host(authority)) return std::nullopt;
+  std::string_view path = path_start == std::string_view::npos ? std::string_view() : rest.substr(path_start);
+  if (path.empty() || path.front() == '?') return "/" + std::string(path);
+  return std::string(path);
 }
 
 // Calls f(token) for each comma-separated element of a list value ("keep-alive, Upgrade").
@@ -150,8 +195,11 @@ inline Parse parse_request(std::string_view data) {
   if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !std::isdigit(static_cast<unsigned char>(version[5])) ||
       version[6] != '.' || !std::isdigit(static_cast<unsigned char>(version[7])))
     return fail(400);
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") return fail(505);
-  bool http11 = version == "HTTP/1.1";
+  // RFC 9110 6.2: a major version is a different protocol (HTTP/2 and 3 have their own framing, 0.9 none): 505.
+  // A higher minor version of HTTP/1 "SHOULD" be processed as the highest one we implement (RFC 9112 2.3 too):
+  // HTTP/1.2 to 1.9 are taken as HTTP/1.1, and the response says HTTP/1.1, the version we conform to.
+  if (version[5] != '1') return fail(505);
+  bool http11 = version[7] != '0';
 
   // The header fields, up to the empty line that ends the head.
   int hosts = 0;
@@ -198,13 +246,18 @@ inline Parse parse_request(std::string_view data) {
   if (has_chunked && (!http11 || has_length)) return fail(400);
   if (has_chunked) return fail(501);         // we read no request bodies, so we implement no transfer coding
   if (length > 0) return fail(413);          // the same: a body we would have to read and skip
-  if (method != "GET" && method != "HEAD") return fail(405);
+  // RFC 9110 15.5.6: 405 for a method we know but do not allow (error_response() adds the Allow header it MUST
+  // carry); 15.6.2: 501 for one we do not recognise. The method comes before the target's form, because the form
+  // depends on it: "OPTIONS *" and "CONNECT host:443" are well-formed, and refused for their method.
+  if (method != "GET" && method != "HEAD") return fail(is_known_method(method) ? 405 : 501);
+  std::optional<std::string> origin = origin_form(target);
+  if (!origin) return fail(400);
 
   p.status = Parse::kComplete;
   p.length = pos;
   p.request.head_only = method == "HEAD";
   p.request.keep_alive = http11 ? !close : (keep_alive && !close);
-  p.request.target = std::string(target);
+  p.request.target = std::move(*origin);
   p.request.if_modified_since = std::string(if_modified_since);
   return p;
 }

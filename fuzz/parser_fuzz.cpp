@@ -77,8 +77,13 @@ void check_answer(std::string_view data, const Parse& p) {
               "a complete head is at most kMaxHead bytes after fewer than kMaxHead of empty lines");
       std::string_view head = data.substr(0, p.length);
       require(ends_with(head, "\n\n") || ends_with(head, "\n\r\n"), "a complete head ends with an empty line");
+      // The target is in origin-form, and comes from the head: as sent, or the path and query of an absolute-form
+      // target, with the "/" that an empty path stands for (RFC 9110 4.2.3) put in front.
       const std::string& target = p.request.target;
-      require(!target.empty() && head.find(target) != std::string_view::npos, "the target comes from the head");
+      require(!target.empty() && target.front() == '/', "the target is in origin-form");
+      require(head.find(target) != std::string_view::npos ||
+                  head.find(std::string_view(target).substr(1)) != std::string_view::npos,
+              "the target comes from the head");
       for (unsigned char c : target) require(c > ' ' && c != 0x7f, "the target has no whitespace or control byte");
       break;
     }

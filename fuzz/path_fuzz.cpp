@@ -11,6 +11,8 @@
 //      trailing slash). So what the server opens is what a plain request for it would open.
 //   4. The query does not matter: anything after the first '?' can change without changing the answer.
 //   5. Dates: a text that parses as an HTTP date formats back to exactly that text.
+//   6. A directory's redirect stays on this site: its Location starts with exactly one '/', holds only bytes a URI
+//      may hold, and, requested in turn, names the same path with a trailing slash.
 //
 // Build and run with ./fuzz/run_fuzz.sh (it runs parser_fuzz and path_fuzz); fuzz/README.md says more.
 #include "common/files.hpp"
@@ -90,6 +92,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   std::string other(path);
   other += "?../../%2e%2e/etc/passwd";
   require(same(files::normalize(other), n), "the query does not change the answer");
+
+  if (n.status == 200 && !n.rel.empty()) {  // promise 6 (the root itself is never redirected)
+    const std::size_t q = target.find('?');
+    const std::string location =
+        files::directory_location(n.rel, q == std::string_view::npos ? std::string_view() : target.substr(q));
+    require(location.size() >= 2 && location[0] == '/' && location[1] != '/', "a Location starts with one '/'");
+    for (unsigned char c : location) {
+      const bool never_in_a_uri = std::string_view("\"<>\\^`{|}#").find(static_cast<char>(c)) != std::string_view::npos;
+      require(c > ' ' && c < 0x7f && !never_in_a_uri, "a Location holds only URI bytes");
+    }
+    const files::Normalized there = files::normalize(location);
+    require(there.status == 200 && there.rel == n.rel && there.trailing_slash, "a Location names the same directory");
+  }
 
   if (auto t = files::parse_http_date(target))  // promise 5
     require(files::format_http_date(*t) == target, "a parsed date formats back to the same text");

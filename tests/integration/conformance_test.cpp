@@ -6,8 +6,9 @@
 //   Refused:   each request gets the status below, a well-formed response with `Connection: close`, then the
 //              server closes (the framing after a malformed head cannot be trusted), and a new client is served.
 //   Accepted:  requests the RFCs allow a server to take (absolute-form, empty lines before the request, bare LF
-//              line endings, HTTP/1.0 without Host, an empty Host...) get the 200, and a second request on the same
-//              connection is answered too: the server consumed exactly the head it was sent, no more, no less.
+//              line endings, HTTP/1.0 without Host, an empty Host, HTTP/1.2...) get the 200, and a second request
+//              on the same connection is answered too: the server consumed exactly the head it was sent, no more,
+//              no less.
 //
 // The statuses are those of /tmp/psp/decisions.md (400 for every malformed element, 413 for a body we would have to
 // read). Where the RFC asks for something the servers do not do yet, the test states the RFC and says so.
@@ -55,6 +56,28 @@ std::vector<Case> refused() {
       // 3.2: the target has no whitespace or control characters.
       {"control_character_in_target", "GET /a\x01z HTTP/1.1\r\n" + kHost + "\r\n", 400},
       {"method_not_a_token", "G(T / HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      // 3.2: a GET or HEAD target is origin-form or absolute-form. The asterisk-form is OPTIONS' (3.2.4) and the
+      // authority-form CONNECT's (3.2.3); anything else is in no form at all.
+      {"asterisk_form_get", "GET * HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      {"asterisk_form_head", "HEAD * HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      {"authority_form_get", "GET 127.0.0.1:80 HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      {"relative_target", "GET index.html HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      // RFC 9110 4.2: an http or https URI has a host (4.2.1) and no userinfo (4.2.4); other schemes name no
+      // resource of this server.
+      {"absolute_form_empty_host", "GET http:///x HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      {"absolute_form_userinfo", "GET http://user@127.0.0.1/ HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      {"absolute_form_other_scheme", "GET ftp://127.0.0.1/x HTTP/1.1\r\n" + kHost + "\r\n", 400},
+      // RFC 9110 15.6.2: 501 for a method the server does not recognise; methods are case-sensitive (9.1).
+      // (405, for the methods it knows and does not allow, is in bad_input_test.cpp and below.)
+      {"unknown_method", "BREW / HTTP/1.1\r\n" + kHost + "\r\n", 501},
+      {"lowercase_method", "get / HTTP/1.1\r\n" + kHost + "\r\n", 501},
+      // RFC 9110 15.5.6: 405 with Allow for a known method; OPTIONS * and CONNECT host:port are well-formed.
+      {"options_asterisk", "OPTIONS * HTTP/1.1\r\n" + kHost + "\r\n", 405},
+      {"connect_authority_form", "CONNECT 127.0.0.1:443 HTTP/1.1\r\n" + kHost + "\r\n", 405},
+      {"delete", "DELETE / HTTP/1.1\r\n" + kHost + "\r\n", 405},
+      // 2.3 / RFC 9110 6.2: a major version other than 1 is 505 (2.0 is in bad_input_test.cpp).
+      {"http_0_9", "GET / HTTP/0.9\r\n\r\n", 505},
+      {"http_3_0", "GET / HTTP/3.0\r\n" + kHost + "\r\n", 505},
       // 3: "A server that receives a request-target longer than any URI it wishes to parse MUST respond with a
       // 414 (URI Too Long) status code." The request line alone is over the 8 KiB the servers parse. (431 is for
       // header fields.)
@@ -123,6 +146,12 @@ std::vector<Case> accepted() {
       // 3.2.2: absolute-form is accepted by a server (the Host it carries is ignored in favour of the target's).
       {"absolute_form_target", "GET http://127.0.0.1/ HTTP/1.1\r\n" + kHost + "\r\n", 200},
       {"absolute_form_other_host", "GET http://other.example/x?y=1 HTTP/1.1\r\n" + kHost + "\r\n", 200},
+      {"absolute_form_https_uppercase", "GET HTTPS://127.0.0.1:8443/x HTTP/1.1\r\n" + kHost + "\r\n", 200},
+      {"absolute_form_empty_path", "GET http://127.0.0.1 HTTP/1.1\r\n" + kHost + "\r\n", 200},
+      // RFC 9110 6.2 and 2.3: a higher minor version of HTTP/1 SHOULD be processed as the highest we implement
+      // (1.1), and the response says HTTP/1.1 (the version we conform to). nginx answers 200 too.
+      {"http_1_2", "GET / HTTP/1.2\r\n" + kHost + "\r\n", 200},
+      {"http_1_9", "GET / HTTP/1.9\r\n" + kHost + "\r\n", 200},
       // 2.2: a server SHOULD ignore at least one empty line (CRLF) received before the request-line.
       {"leading_empty_line", "\r\nGET / HTTP/1.1\r\n" + kHost + "\r\n", 200},
       {"leading_bare_lf", "\nGET / HTTP/1.1\r\n" + kHost + "\r\n", 200},
@@ -172,6 +201,9 @@ class CaseChecks : public ServerFixture<P> {
       EXPECT_EQ(r->version, "HTTP/1.1") << r->status_line;
       EXPECT_EQ(r->header_count("Connection"), 1) << r->head_text();
       EXPECT_EQ(lower(r->header("Connection").value_or("")), "close") << r->head_text();
+      if (r->status == 405) {  // RFC 9110 15.5.6: a 405 MUST list the allowed methods
+        EXPECT_EQ(r->header("Allow").value_or("(none)"), "GET, HEAD") << r->head_text();
+      }
       // Closed well before the 5 s idle timeout would do it, and nothing after the error response.
       const auto closed = c.wait_closed(deadline_in(3s));
       EXPECT_TRUE(closed == Client::Closed::eof || closed == Client::Closed::reset)

@@ -7,9 +7,12 @@
 // library tidies `..` or `//` away before the server sees it.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -120,9 +123,9 @@ class StaticFiles : public ServerTest {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Nothing outside the root, in any spelling. The status is the one the rules give (400 for a `..` in any
-// spelling, an encoded '/' or NUL, or a target that is not origin-form; 404 for what resolves to nothing, or
-// to something outside through a link), and no byte of secret.txt, of the parent's index.html or of /etc/passwd
-// ever comes back.
+// spelling, an encoded '/' or NUL, or a target in neither origin-form nor absolute-form; 404 for what resolves to
+// nothing, or to something outside through a link), and no byte of secret.txt, of the parent's index.html or of
+// /etc/passwd ever comes back. An absolute-form target is its path: the same rules apply to it.
 TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
   if (!launch_static()) return;
   const StaticRoot& root = static_root();
@@ -152,9 +155,14 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
       {"/notes.txt%00.html", 400},
       {"/%00", 400},
       {"http://x/../secret.txt", 400},
-      {"http://127.0.0.1/secret.txt", 400},
+      {"http://x/%2e%2e/secret.txt", 400},
+      {"http://127.0.0.1/secret.txt", 404},  // absolute-form: /secret.txt under the root, which has none
+      {"http://x//../secret.txt", 400},
+      {"http://x/outside-dir/secret.txt", 404},
       {"*", 400},
       {"secret.txt", 400},
+      {"../secret.txt", 400},
+      {"127.0.0.1:80", 400},  // authority-form: CONNECT's
       {"//etc/passwd", 404},        // empty segments are dropped: etc/passwd under the root
       {"/..\\secret.txt", 404},     // a backslash is an ordinary byte: a name that does not exist
       {"/..%5csecret.txt", 404},
@@ -231,6 +239,98 @@ TEST_P(StaticFiles, DirectoriesServeTheirIndexOrRedirectOrRefuse) {
   r = ask(c, get("/sub/index.html"));
   ASSERT_TRUE(r) << c.error();
   EXPECT_TRUE(is_file(*r, {"/sub/index.html", "text/html; charset=utf-8", root.sub_index_body()}));
+}
+
+// The redirect of a directory named without its slash is built from the path the rules kept, so it always names
+// a path on this site. Echoing the target instead turned `GET //evil.example` (a folder of that name under the
+// root) into `Location: //evil.example/`, which a browser reads as a network-path reference (RFC 3986 4.2) and
+// follows to the host evil.example: an open redirect.
+TEST_P(StaticFiles, DirectoryRedirectsStayOnThisSite) {
+  if (!launch_static()) return;
+  const std::string evil = static_root().dir() + "/evil.example";
+  ASSERT_TRUE(::mkdir(evil.c_str(), 0755) == 0 || errno == EEXIST) << errno_text(errno);
+  const std::string evil_index = "<p>a folder called evil.example, on this site</p>\n";
+  {
+    std::ofstream(evil + "/index.html") << evil_index;
+  }
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  struct Case {
+    std::string target;
+    std::string location;
+  };
+  const Case cases[] = {
+      {"//evil.example", "/evil.example/"},
+      {"///evil.example", "/evil.example/"},
+      {"/.//evil.example", "/evil.example/"},
+      {"//evil.example?next=//x", "/evil.example/?next=//x"},  // the query goes along, after the path
+      {"http://127.0.0.1//evil.example", "/evil.example/"},    // absolute-form: its path obeys the same rules
+      {"//sub", "/sub/"},
+      {"/%73ub", "/sub/"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE("GET " + k.target);
+    const auto r = ask(c, get(k.target));
+    ASSERT_TRUE(r) << c.error();
+    const std::string location = r->header("Location").value_or("");
+    EXPECT_NE(location.rfind("//", 0), 0u) << "a Location that leaves the site: " << location;
+    EXPECT_EQ(r->status, 301) << r->head_text();
+    EXPECT_EQ(location, k.location);
+    // Following it, as a browser would, stays here and serves the directory's index.
+    const auto there = ask(c, get(location));
+    ASSERT_TRUE(there) << c.error();
+    EXPECT_EQ(there->status, 200) << there->head_text();
+  }
+  // An encoded '/' is refused before any redirect could be built from it.
+  for (const char* target : {"/%2fevil.example", "/%2F%2Fevil.example", "/%2f/evil.example"}) {
+    const auto r = ask(c, get(target));
+    ASSERT_TRUE(r) << target << ": " << c.error();
+    EXPECT_EQ(r->status, 400) << target << ":\n" << r->head_text();
+    EXPECT_FALSE(r->header("Location")) << target;
+  }
+  const auto inside = ask(c, get("/evil.example/"));
+  ASSERT_TRUE(inside) << c.error();
+  EXPECT_EQ(inside->body, evil_index);
+}
+
+// RFC 9112 3.2.2: "a server MUST accept the absolute-form in requests". Its path and query are what is served;
+// its authority is ignored, as Host is, by this server of one site. The Host header is still required in
+// HTTP/1.1 (RFC 9112 3.2).
+TEST_P(StaticFiles, AbsoluteFormTargetsAreServed) {
+  if (!launch_static()) return;
+  const StaticRoot& root = static_root();
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  struct Case {
+    const char* target;
+    const char* file;  // whose bytes come back
+  };
+  const Case ok[] = {
+      {"http://x/notes.txt", "/notes.txt"},
+      {"http://127.0.0.1:8080/notes.txt?v=1", "/notes.txt"},
+      {"HTTP://OTHER.EXAMPLE/img.png", "/img.png"},
+      {"https://x/with%20space.txt", "/with%20space.txt"},
+      {"http://x/", "/index.html"},
+      {"http://x", "/index.html"},  // an empty path is "/" (RFC 9110 4.2.3)
+      {"http://x?q", "/index.html"},
+  };
+  for (const Case& k : ok) {
+    const auto r = ask(c, get(k.target));
+    ASSERT_TRUE(r) << k.target << ": " << c.error();
+    ServedFile want = root.file(k.file);
+    want.target = k.target;
+    EXPECT_TRUE(is_file(*r, want));
+  }
+  const auto h = ask(c, request("HEAD", "http://x/notes.txt"), /*head=*/true);
+  ASSERT_TRUE(h) << c.error();
+  EXPECT_TRUE(is_file(*h, root.file("/notes.txt"), /*head=*/true));
+  const auto moved = ask(c, get("http://x/sub?a=1"));
+  ASSERT_TRUE(moved) << c.error();
+  EXPECT_EQ(moved->status, 301) << moved->head_text();
+  EXPECT_EQ(moved->header("Location").value_or("(none)"), "/sub/?a=1");
+  const auto missing = ask(c, get("http://x/missing.txt"));
+  ASSERT_TRUE(missing) << c.error();
+  EXPECT_EQ(missing->status, 404) << missing->head_text();
 }
 
 TEST_P(StaticFiles, MissingFilesAndFilesWithASlashAre404) {

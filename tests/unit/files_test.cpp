@@ -56,7 +56,7 @@ TEST(Normalize, RefusesEveryOtherSpelling) {
   const std::vector<std::string> bad = {
       "",
       "*",                      // asterisk-form
-      "http://h/a.txt",         // absolute-form
+      "http://h/a.txt",         // absolute-form: http.hpp's parser turns it into origin-form first
       "a.txt",                  // no leading '/'
       "/..",                    // ".." in any spelling, anywhere
       "/../etc/passwd",
@@ -98,6 +98,7 @@ TEST(Normalize, RefusesEveryOtherSpelling) {
 //   <tmp>/outside.txt          "SECRET"
 //   <tmp>/root/a.txt           "hello"
 //   <tmp>/root/a b.txt, UPPER.PNG, dir/index.html, dir/sub/ (no index), noindex/, indexdir/index.html/ (a dir)
+//   <tmp>/root/evil.example/, a b/, 100%/, q?dir/, ü/ (directories whose names look like hosts or need escapes)
 //   <tmp>/root/link-in -> a.txt, link-dir -> dir, link-out -> ../outside.txt, link-abs -> <tmp>/outside.txt,
 //   link-up -> .., fifo, secret.txt (mode 000)
 class Root : public ::testing::Test {
@@ -109,7 +110,8 @@ class Root : public ::testing::Test {
     root_ = top_ + "/root";
     write(top_ + "/outside.txt", "SECRET");
     ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
-    for (const char* d : {"dir", "dir/sub", "noindex", "indexdir", "indexdir/index.html"})
+    for (const char* d : {"dir", "dir/sub", "noindex", "indexdir", "indexdir/index.html", "evil.example", "a b", "100%",
+                          "q?dir", "\xc3\xbc"})
       ASSERT_EQ(::mkdir((root_ + "/" + d).c_str(), 0755), 0);
     write(root_ + "/a.txt", "hello");
     write(root_ + "/a b.txt", "spaced");
@@ -168,7 +170,7 @@ TEST_F(Root, DirectoriesServeTheirIndexOrRedirectOrRefuse) {
   EXPECT_EQ(r.status, 301);
   EXPECT_EQ(r.location, "/dir/");
   EXPECT_FALSE(r.file.valid());
-  EXPECT_EQ(lookup("/dir?x=1").location, "/dir/");
+  EXPECT_EQ(lookup("/dir?x=1").location, "/dir/?x=1");  // the query goes along
   EXPECT_EQ(lookup("/dir/sub").location, "/dir/sub/");
 
   r = lookup("/dir/");
@@ -187,6 +189,46 @@ TEST_F(Root, DirectoriesServeTheirIndexOrRedirectOrRefuse) {
   r = lookup("/");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(contents(r.file), "home");
+}
+
+// Rule 7's Location is built from the segments normalize() kept, percent-encoded again, never copied from the
+// target: "//evil.example" echoed back as "Location: //evil.example/" is a network-path reference (RFC 3986 4.2),
+// which a browser follows to the host evil.example.
+TEST_F(Root, RedirectsStayOnThisSite) {
+  struct Want {
+    std::string target, location;
+  };
+  const std::vector<Want> cases = {
+      {"//evil.example", "/evil.example/"},
+      {"///evil.example", "/evil.example/"},
+      {"/.//evil.example", "/evil.example/"},
+      {"/%2e//evil.example", "/evil.example/"},
+      {"//evil.example?x=1", "/evil.example/?x=1"},                         // the query is kept
+      {"//evil.example?//evil.example", "/evil.example/?//evil.example"},  // where it is only a query
+      {"/%65vil.example", "/evil.example/"},  // unreserved bytes are sent plain (RFC 3986 2.3)
+      {"/a%20b", "/a%20b/"},
+      {"/100%25", "/100%25/"},
+      {"/q%3fdir", "/q%3Fdir/"},  // a '?' in a name must not start a query
+      {"/%C3%BC", "/%C3%BC/"},    // nor bytes outside ASCII appear raw: Location is a URI (RFC 9110 10.2.2)
+      {"//dir//sub", "/dir/sub/"},
+      {"/dir?a=<b>|%zz%2F#f", "/dir/?a=%3Cb%3E%7C%25zz%2F%23f"},  // query bytes a URI may not hold are encoded
+  };
+  for (const Want& w : cases) {
+    files::Lookup r = lookup(w.target);
+    EXPECT_EQ(r.status, 301) << w.target;
+    EXPECT_EQ(r.location, w.location) << w.target;
+    EXPECT_NE(r.location.rfind("//", 0), 0u) << w.target;
+    // Following the redirect names the same directory, now with its slash.
+    files::Normalized there = normalize(r.location), here = normalize(w.target);
+    EXPECT_EQ(there.rel, here.rel) << w.target;
+    EXPECT_TRUE(there.trailing_slash) << w.target;
+  }
+  // A '/' spelled %2f is refused before any redirect (rule 3).
+  for (const char* t : {"/%2fevil.example", "/%2F%2Fevil.example", "/%2f/evil.example"}) {
+    files::Lookup r = lookup(t);
+    EXPECT_EQ(r.status, 400) << t;
+    EXPECT_EQ(r.location, "") << t;
+  }
 }
 
 TEST_F(Root, MissingThingsAre404) {

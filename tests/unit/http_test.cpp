@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -20,6 +21,8 @@ const std::vector<std::string> kValidRequests = {
     "GET / HTTP/1.1\nHost: a\n\n",                                   // bare LF line ends
     "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",                         // an empty line before the request
     "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nX-Empty:\r\n\r\n",
+    "GET http://a/x?y HTTP/1.1\r\nHost: a\r\n\r\n",                  // absolute-form (RFC 9112 3.2.2)
+    "GET / HTTP/1.2\r\nHost: a\r\n\r\n",                             // a higher minor version: handled as 1.1
 };
 
 TEST(Parser, AcceptsValidRequests) {
@@ -102,6 +105,8 @@ TEST(Parser, RefusesMalformedRequests) {
       {"DELETE / HTTP/1.0\r\n\r\n", 405},
       {"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
       {"GET / HTTP/0.9\r\n\r\n", 505},
+      {"GET / HTTP/3.0\r\nHost: a\r\n\r\n", 505},
+      {"GET / HTTP/1.2\r\n\r\n", 400},                       // handled as HTTP/1.1, so Host is required
       {"GET / HTTX/1.1\r\n\r\n", 400},
       {"GET / HTTP/1.10\r\n\r\n", 400},
       {std::string("GET / HTTP/1.1\r\nHost: a\0b\r\n\r\n", 28), 400},  // NUL in a value
@@ -111,6 +116,68 @@ TEST(Parser, RefusesMalformedRequests) {
     EXPECT_EQ(p.status, Parse::kError) << bad.request;
     EXPECT_EQ(p.error, bad.status) << bad.request;
   }
+}
+
+// RFC 9112 3.2.2: a server MUST accept the absolute-form. What comes out is the same origin-form target a client
+// would have sent for that URI (RFC 9112 3.2.1: an empty path is sent as "/"), so nothing after the parser sees
+// the scheme or the authority.
+TEST(Parser, AbsoluteFormBecomesItsPathAndQuery) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://a/x.txt", "/x.txt"},
+      {"http://other.example:8080/d/x?y=1", "/d/x?y=1"},
+      {"HTTPS://A/x", "/x"},  // scheme and host are case-insensitive (RFC 3986 3.1, 3.2.2)
+      {"http://a", "/"},
+      {"http://a?q", "/?q"},
+      {"http://[::1]:80/x", "/x"},
+      {"http://a//evil.example", "//evil.example"},  // the path as sent: files.hpp decides what it names
+  };
+  for (const auto& [target, want] : cases) {
+    Parse p = parse("GET " + target + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    ASSERT_EQ(p.status, Parse::kComplete) << target;
+    EXPECT_EQ(p.request.target, want) << target;
+  }
+}
+
+// RFC 9112 3.2: the authority-form is for CONNECT and the asterisk-form for OPTIONS; a GET or HEAD with either,
+// or with a target in no form at all, is malformed (400). An absolute URI must be an http or https one with a
+// host (RFC 9110 4.2.1) and no userinfo (RFC 9110 4.2.4).
+TEST(Parser, OtherTargetFormsAre400) {
+  for (const char* target : {"*", "a:80", "127.0.0.1:8080", "x", "a.txt", "%2f", "?x", "ftp://a/x", "mailto:a@b",
+                             "http:/x", "http:x", "http://", "http:///x", "http://?x", "http://:80/x",
+                             "http://u@a/x", "http://a{b}/", "http://a\\b/"}) {
+    for (const char* method : {"GET", "HEAD"}) {
+      Parse p = parse(std::string(method) + " " + target + " HTTP/1.1\r\nHost: h\r\n\r\n");
+      EXPECT_EQ(p.status, Parse::kError) << method << " " << target;
+      EXPECT_EQ(p.error, 400) << method << " " << target;
+    }
+  }
+}
+
+// RFC 9110 15.5.6: 405 for a method the server knows but does not allow here (with Allow); 15.6.2: 501 for one
+// it does not recognise. Methods are case-sensitive (RFC 9110 9.1), so "get" is not GET.
+TEST(Parser, KnownMethodsAre405AndUnknownOnes501) {
+  for (const char* method : {"POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+    EXPECT_EQ(parse(std::string(method) + " / HTTP/1.1\r\nHost: h\r\n\r\n").error, 405) << method;
+  for (const char* method : {"FOO", "get", "Head", "PROPFIND", "BREW", "GETS"})
+    EXPECT_EQ(parse(std::string(method) + " / HTTP/1.1\r\nHost: h\r\n\r\n").error, 501) << method;
+  // The forms that belong to OPTIONS and CONNECT are theirs: the method is what we refuse.
+  EXPECT_EQ(parse("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").error, 405);
+  EXPECT_EQ(parse("CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n").error, 405);
+}
+
+// RFC 9110 6.2, RFC 9112 2.3: a message with a higher minor version of a major version we implement SHOULD be
+// processed as the highest minor version we know (1.1). Other major versions are 505.
+TEST(Parser, HigherMinorVersionsAreHttp11) {
+  for (const char* version : {"HTTP/1.2", "HTTP/1.9"}) {
+    Parse p = parse(std::string("GET /v ") + version + "\r\nHost: h\r\n\r\n");
+    ASSERT_EQ(p.status, Parse::kComplete) << version;
+    EXPECT_TRUE(p.request.keep_alive) << version;  // HTTP/1.1's default
+    EXPECT_EQ(p.request.target, "/v");
+    EXPECT_FALSE(parse(std::string("GET / ") + version + "\r\nHost: h\r\nConnection: close\r\n\r\n")
+                     .request.keep_alive);
+  }
+  for (const char* version : {"HTTP/0.9", "HTTP/2.0", "HTTP/2.1", "HTTP/3.0", "HTTP/9.9"})
+    EXPECT_EQ(parse(std::string("GET / ") + version + "\r\nHost: h\r\n\r\n").error, 505) << version;
 }
 
 TEST(Parser, LimitsTheHeadTo8KiB) {

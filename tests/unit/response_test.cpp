@@ -12,6 +12,8 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -156,6 +158,18 @@ TEST_F(Served, ErrorsKeepTheConnectionWhenAsked) {
   Outgoing full = detail::file_error(503, get("/x"), "");  // out of descriptors: close, to free one
   EXPECT_FALSE(full.keep_alive);
   EXPECT_TRUE(has(full.head, "\r\nConnection: close\r\n"));
+}
+
+// The Location header of a directory redirect names this site's path, never another host: "//sub" sent back as
+// "Location: //sub/" would send a browser to the host "sub" (files_test.cpp has the rules; this is the header).
+TEST_F(Served, RedirectsNameAPathOnThisSite) {
+  for (const auto& [target, location] : std::vector<std::pair<std::string, std::string>>{
+           {"//sub", "/sub/"}, {"///sub?x=1", "/sub/?x=1"}, {"/./sub", "/sub/"}, {"/%73ub", "/sub/"}}) {
+    Outgoing moved = respond(opts_, get(target));
+    EXPECT_EQ(moved.head.rfind("HTTP/1.1 301 Moved Permanently\r\n", 0), 0u) << target;
+    EXPECT_TRUE(has(moved.head, "\r\nLocation: " + location + "\r\n")) << target << ":\n" << moved.head;
+  }
+  EXPECT_FALSE(has(respond(opts_, get("/%2fsub")).head, "Location:"));  // 400: an encoded '/' is refused
 }
 
 TEST(Refuse, IsTheErrorResponseAndCloses) {
