@@ -41,6 +41,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -51,7 +52,10 @@
 
 namespace {
 
-constexpr unsigned kRingEntries = 1024;  // SQ slots; the CQ gets twice as many and the kernel holds any overflow
+constexpr unsigned kRingEntries = 1024;  // SQ slots: get_sqe() submits when they are all taken
+// CQ slots: a turn brings up to two CQEs per busy connection (an op and its linked timeout), so 8192 (128 KiB) hold
+// 4,000 of them, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
+constexpr unsigned kCqEntries = 8 * kRingEntries;
 constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
 constexpr off_t kSpliceMax = 1 << 30;  // the most one file splice asks for; the kernel moves what fits in the pipe
@@ -64,6 +68,7 @@ constexpr std::size_t kBufferSize = 2048;
 constexpr int kBufferGroup = 0;
 constexpr std::size_t kMaxBuffered = 64 * 1024;
 constexpr unsigned kZcBufferSize = 256 * 1024;  // --send-zc: a connection's file buffer, made for its first file
+constexpr sockaddr kDisconnect{AF_UNSPEC, {}};  // --fixed-files: connect() to it resets a connection (close_socket)
 
 // The advanced options, from the command line (see the header and features_or_exit). All are off by default.
 struct Features {
@@ -91,7 +96,7 @@ struct Features {
 enum class Op : std::uint8_t {
   kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel, kClose,  // the loop's and the listener's
   kRecv, kDeadline, kTimer, kSend, kFileToPipe, kPipeToSocket, kWritable,  // a connection's
-  kDeadlineTimer, kFileToBuffer, kSendZc,  // (--multishot-recv's deadline; --send-zc's read and send)
+  kDeadlineTimer, kFileToBuffer, kSendZc, kShutdown,  // (the deadline timer; --send-zc; --fixed-files' shutdown)
 };
 
 constexpr std::uint32_t kGenerationMask = 0xFFFFFF;
@@ -118,40 +123,51 @@ constexpr Tag decode(std::uint64_t data) {
 //      accept
 //        |
 //        v      recv + linked request deadline
-//     READING ------------- EOF, error, request deadline (-ECANCELED), stop ----------+
-//        | bytes arrived                                                              |
-//        v                                                                            |
-//   +--> parse the buffer --- incomplete ---> READING                                 |
-//   |    |       |                                                                    |
-//   |    |       +--- malformed ---> SENDING refuse(4xx), then -----------------------+
-//   |    | a whole request                                                            |
-//   |    v                                                                            |
-//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                |
-//   |    | -ETIME: it fired; out = respond(request)                                   |
-//   |    v                                                                            v
-//   |  SENDING   the head, then the file (see send_more) ---- !keep-alive, error, -> CLOSING
-//   |    | all sent, keep-alive: a new request deadline       idle timeout, stop      |
-//   +----+                                                                            | in_flight == 0
-//                                                                                     v
-//                                                         ::close(fd), slot freed, generation + 1
+//     READING ------------- EOF, error, a stop ------------------------------------------------+
+//        |  \______________ the request deadline passed (-ECANCELED) ------------------ reset --+
+//        | bytes arrived                                                                       |
+//        v                                                                                     |
+//   +--> parse the buffer --- incomplete ---> READING                                          |
+//   |    |       |                                                                             |
+//   |    |       +--- malformed ---> SENDING refuse(4xx), then LINGERING                       |
+//   |    | a whole request                                                                     |
+//   |    v                                                                                     |
+//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                         |
+//   |    | -ETIME: it fired; out = respond(request)                                            |
+//   |    v                                                                                     |
+//   |  SENDING   the head, then the file (see send_more) ---- error, idle timeout ---- reset --+
+//   |    | all sent, keep-alive:      | all sent, not keep-alive (or a stop):                  |
+//   +----+ a new request deadline     v shutdown(SHUT_WR)                                      |
+//                                  LINGERING   recv + linked lingering deadline, the bytes     |
+//                                     |        thrown away (see linger)                        |
+//                                     +------- EOF, error, the deadline, kLingerMaxBytes ------+
+//                                                                                              v
+//                                                      once in_flight == 0: ::close(fd) <-- CLOSING
+//                         (a reset sets SO_LINGER {1, 0} first), slot freed, generation + 1
 //
-// A stop also leads to CLOSING through cancel_and_close(): at once when READING, after kStopGrace otherwise.
-// --multishot-recv changes READING: its recv, once armed, stays armed through WAITING and SENDING, and the request
-// deadline is a timer of its own (see on_received). --send-zc changes how SENDING sends a file (send_file_zc).
+// A stop: READING connections close at once, the others go on, and what is still open after kStopGrace is reset
+// (cancel_and_close). A reset makes the close send an RST, not a FIN: the ways to end are in common/closing.hpp.
+//
+// --multishot-recv changes READING and LINGERING: its recv, once armed, stays armed through every state, and their
+// deadlines are a timer of its own (see on_received). --send-zc changes how SENDING sends a file (send_file_zc).
 //
 // Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
 // pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
 // write `chunk` or read `out.head`, and uses its descriptors; in_flight counts those SQEs (+1 queued, -1 when the
-// last CQE is reaped: a multishot recv or a zero-copy send completes several times, with IORING_CQE_F_MORE on all
-// CQEs but its last).
-// A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
-// finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
+// last CQE is reaped: a multishot recv completes several times, with IORING_CQE_F_MORE on all CQEs but its last).
+// A connection's fd is closed only once it is CLOSING and in_flight is 0, and its slot is reused only once no
+// zero-copy send holds `zc_buffer` either (zc_notifs is 0: see send_file_zc). So a completion never finds its
+// buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
 //
 // We close with a plain ::close(fd), not IORING_OP_CLOSE: by the rule above nothing of the connection is in
 // flight any more, and closing a socket does not block (the FIN goes out in the background). IORING_OP_CLOSE
 // would save that system call but add one more completion to wait for before the slot could be reused.
 // (--fixed-files: a registered file has no descriptor to close(); there the ring closes it, see close_socket.)
-enum class State { kFree, kReading, kWaiting, kSending, kClosing };
+enum class State { kFree, kReading, kWaiting, kSending, kLingering, kClosing };
+
+// How close_conn() ends a connection: a plain close (FIN), or a reset (RST) for one that timed out, whose send
+// failed, or that outlived the stop's grace (common/closing.hpp).
+enum class End { kClose, kReset };
 
 struct Conn {
   std::uint32_t slot = 0;        // index in Loop::conns_, fixed for the Conn's whole life
@@ -162,30 +178,48 @@ struct Conn {
   int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
   std::string in;     // bytes received and not yet answered; may hold several pipelined requests
   std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
-  __kernel_timespec deadline{};        // READING: when the request must be complete (absolute; see arm_recv)
+  __kernel_timespec deadline{};        // READING, LINGERING: when to stop waiting for input (absolute; arm_recv)
+                                       // (--send-zc: for notifications, see send_file_zc)
   http::Request request;               // WAITING: the request the timer runs for
   std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
   Outgoing out;                        // SENDING: the response (common/response.hpp)
+  Lingering lingering;                 // LINGERING: bytes thrown away, and until when (common/closing.hpp)
+  bool reset = false;                  // CLOSING: the close sends an RST (End::kReset)
   Fd pipe_rd, pipe_wr;                 // the pipe files go through: made for the first one, closed with the Conn
   std::size_t piped = 0;               // bytes of the file in the pipe, not yet spliced to the socket
   // --multishot-recv (see on_received):
   bool receiving = false;        // its multishot recv is armed (until the CQE without IORING_CQE_F_MORE)
   bool read_ended = false;       // that recv ended in EOF or an error: close once `in` holds no whole request
-  bool deadline_armed = false;   // its deadline timer is in flight
+  bool deadline_armed = false;   // the deadline timer is in flight (also --send-zc's: see arm_deadline)
   __kernel_timespec timer_at{};  // when that timer fires
   // --send-zc (see send_file_zc):
   std::unique_ptr<char[]> zc_buffer;  // kZcBufferSize bytes, made for the connection's first file
   std::size_t zc_filled = 0;          // bytes of the file read into it
   std::size_t zc_sent = 0;            // ... and sent from it
-  int zc_notifs = 0;                  // zero-copy sends that may still read it (until their IORING_CQE_F_NOTIF)
+  int zc_notifs = 0;                  // zero-copy sends that may still read it (until their IORING_CQE_F_NOTIF):
+                                      // not in in_flight, as they no longer use the socket
 };
 // [/excerpt:connection]
 
+// --send-zc, SENDING: every byte of the buffer is sent, and the connection waits for notifications alone.
+bool awaits_notifications(const Conn& c) {
+  return c.state == State::kSending && c.zc_notifs > 0 && c.zc_sent == c.zc_filled;
+}
+
+// Whether c.deadline is the connection's deadline now, for the deadline timer (see arm_deadline).
+bool has_deadline(const Conn& c) {
+  return c.state == State::kReading || c.state == State::kLingering || awaits_notifications(c);
+}
+
 // One sentence on a ring that could not be created with `flags`: io_uring itself, or one of the flags' options.
 std::string setup_refused(int error, unsigned flags) {
+  io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE;  // what every ring of ours asks for (see kCqEntries); it came in 5.5
+  params.cq_entries = kCqEntries;
   io_uring plain;
-  int r = io_uring_queue_init(8, &plain, 0);
-  if (flags == 0 || r < 0) return unavailable(r < 0 ? -r : error);
+  int r = io_uring_queue_init_params(8, &plain, &params);
+  if (r == -EINVAL) return "io_uring is unavailable: this kernel is older than 5.7 (it refused IORING_SETUP_CQSIZE)";
+  if (flags == IORING_SETUP_CQSIZE || r < 0) return unavailable(r < 0 ? -r : error);
   io_uring_queue_exit(&plain);
   std::string names;
   if (flags & IORING_SETUP_SQPOLL) names += " --sqpoll (IORING_SETUP_SQPOLL)";
@@ -236,17 +270,18 @@ class Loop {
  private:
   io_uring_params setup(int attach_to) const;
   io_uring_sqe* get_sqe(unsigned count = 1);
+  void reap();
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr);
   void tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags = 0);
   void dispatch(std::uint64_t user_data, int res, unsigned flags);
   void register_files();
   void direct(io_uring_sqe* sqe) const;
   void provide_buffers();
-  void take_buffer(Conn& c, int res, unsigned flags);
+  void take_buffer(Conn* c, int res, unsigned flags);
   void on_received(Conn& c, int res, unsigned flags);
   void arm_deadline(Conn& c);
   void cancel(Conn& c, Op op);
-  void close_socket(int fd);
+  void close_socket(int fd, bool reset = false);
   void arm_accept();
   void arm_listen_wait(Op op);
   void on_accept(int res, unsigned flags);
@@ -259,8 +294,10 @@ class Loop {
   void send_file_zc(Conn& c);
   void on_sent(Conn& c, Op op, int res);
   void response_sent(Conn& c);
-  void cancel_and_close(Conn& c);
-  void close_conn(Conn& c);
+  void linger(Conn& c);
+  void discard(Conn& c, int res);
+  void cancel_and_close(Conn& c, End end = End::kClose);
+  void close_conn(Conn& c, End end = End::kClose);
   void release(Conn& c);
 
   const Options& opts_;
@@ -277,12 +314,20 @@ class Loop {
   std::size_t live_ = 0;                      // slots in use
   io_uring_buf_ring* buffer_ring_ = nullptr;  // --multishot-recv: the ring of buffers the kernel reads into
   std::vector<char> buffers_;                 // ... and the buffers, kBufferCount x kBufferSize
+  struct Completion {
+    std::uint64_t user_data;
+    int res;
+    unsigned flags;  // IORING_CQE_F_MORE: the SQE will complete again (multishot); IORING_CQE_F_BUFFER...
+  };
+  std::vector<Completion> batch_;  // CQEs reaped and not yet dispatched (see run and get_sqe)
 };
 
 // [excerpt:setup]
 // The ring's setup options for the flags.
 io_uring_params Loop::setup(int attach_to) const {
   io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE;
+  params.cq_entries = kCqEntries;
   if (f_.sqpoll_idle_ms > 0) {
     params.flags |= IORING_SETUP_SQPOLL;
     params.sq_thread_idle = f_.sqpoll_idle_ms;
@@ -322,10 +367,15 @@ void Loop::direct(io_uring_sqe* sqe) const {
 // A free SQE, for `count` entries queued back to back. When the submission queue is full we submit what is queued
 // to make room, rather than dereference the NULL that io_uring_get_sqe() returns. `count` keeps a linked pair (an
 // op and its deadline) in one submission: split across two, the link would end at the first entry.
+// -EBUSY (5.x kernels): CQEs overflowed the CQ, and the kernel takes no SQE until we reap. reap() moves them to
+// batch_, which run() dispatches once the handler that called us returns: never in the middle of a handler.
 io_uring_sqe* Loop::get_sqe(unsigned count) {
   while (io_uring_sq_space_left(&ring_) < count) {
-    io_uring_submit(&ring_);  // an error here is transient: retry
-    io_uring_sqring_wait(&ring_);  // SQPOLL: submitting only wakes the kernel thread; wait until it takes some
+    if (io_uring_submit(&ring_) == -EBUSY) reap();  // other errors (-EINTR, -EAGAIN) are transient: retry
+    if (f_.sqpoll_idle_ms > 0) {  // submitting only wakes the kernel thread, which (5.x) an overflow stops too
+      reap();
+      io_uring_sqring_wait(&ring_);  // until it takes some SQEs
+    }
   }
   return io_uring_get_sqe(&ring_);
 }
@@ -335,7 +385,7 @@ void Loop::tag(io_uring_sqe* sqe, Op op, Conn* c) {
   io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
   if (!c) return;
   ++c->in_flight;
-  if (op != Op::kDeadline && op != Op::kDeadlineTimer) c->op = op;
+  if (op != Op::kDeadline && op != Op::kDeadlineTimer && op != Op::kShutdown) c->op = op;
 }
 // [/excerpt:get-sqe]
 
@@ -362,29 +412,32 @@ void Loop::run(Fd listener) {
   io_uring_prep_poll_add(sqe, stop_fd(), POLLIN);
   tag(sqe, Op::kStop);
 
-  struct Completion {
-    std::uint64_t user_data;
-    int res;
-    unsigned flags;  // IORING_CQE_F_MORE: the SQE will complete again (multishot); IORING_CQE_F_BUFFER...
-  };
-  std::vector<Completion> batch;
   while (!(stopping_ && listen_op_ == Op::kNone && live_ == 0)) {
-    io_uring_cqe* cqe;
     if (f_.sqpoll_idle_ms > 0) {  // the kernel thread submits: no system call unless it sleeps or we must wait
+      io_uring_cqe* cqe;
       io_uring_submit(&ring_);
       io_uring_wait_cqe(&ring_, &cqe);
     } else {
       io_uring_submit_and_wait(&ring_, 1);  // -EINTR (a signal) is fine: the stop poll will report it
     }
-    // Copy the CQEs out and hand their slots back before handling any: the handlers queue new work, whose CQEs
-    // need free slots (when the CQ is full the kernel parks them on a slower overflow list, and may answer -EBUSY).
-    batch.clear();
-    unsigned head;
-    io_uring_for_each_cqe(&ring_, head, cqe) batch.push_back({cqe->user_data, cqe->res, cqe->flags});
-    io_uring_cq_advance(&ring_, static_cast<unsigned>(batch.size()));
-    for (const Completion& c : batch) dispatch(c.user_data, c.res, c.flags);
+    reap();
+    for (std::size_t i = 0; i < batch_.size(); ++i) {  // (get_sqe may reap more during the turn: they come last)
+      const Completion c = batch_[i];                  // a copy: the vector may grow under the handler
+      dispatch(c.user_data, c.res, c.flags);
+    }
+    batch_.clear();
   }
   // Left in the ring: the grace timer and some cancel results, which point at nothing of ours. ~Loop() ends them.
+}
+
+// Copies the CQEs out and hands their slots back before any is handled: the handlers queue new work, whose CQEs
+// need free slots.
+void Loop::reap() {
+  std::size_t before = batch_.size();
+  unsigned head;
+  io_uring_cqe* cqe;
+  io_uring_for_each_cqe(&ring_, head, cqe) batch_.push_back({cqe->user_data, cqe->res, cqe->flags});
+  io_uring_cq_advance(&ring_, static_cast<unsigned>(batch_.size() - before));
 }
 
 void Loop::dispatch(std::uint64_t user_data, int res, unsigned flags) {
@@ -397,18 +450,23 @@ void Loop::dispatch(std::uint64_t user_data, int res, unsigned flags) {
       if (stopping_) return listener_.reset();
       return t.op == Op::kBackoff ? arm_listen_wait(Op::kListenReady) : arm_accept();
     case Op::kStop: return on_stop();
-    case Op::kGrace:  // kStopGrace is over: whatever is still waiting or sending is closed now
+    case Op::kGrace:  // kStopGrace is over: whatever is still waiting, sending or lingering is reset now
       for (auto& c : conns_)
-        if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c);
+        if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c, End::kReset);
       return;
     case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
-    case Op::kClose: return;   // a registered file's close (see close_socket): nothing waits for it
+    case Op::kClose: return;   // a registered file's reset or close (see close_socket): nothing waits for it
     default: break;
   }
-  if (t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation) return;  // stale: see user_data
+  bool stale = t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation;  // see user_data
+  if (flags & IORING_CQE_F_BUFFER) take_buffer(stale ? nullptr : conns_[t.slot].get(), res, flags);  // even stale
+  if (stale) return;
   Conn& c = *conns_[t.slot];
-  if (!(flags & IORING_CQE_F_MORE)) --c.in_flight;  // a multishot SQE is in flight until its last CQE
-  if (flags & IORING_CQE_F_BUFFER) take_buffer(c, res, flags);
+  // An SQE is in flight until its last CQE (a multishot one carries IORING_CQE_F_MORE until then). A zero-copy
+  // send stops using the socket at its first CQE; its notification, the last, is counted in zc_notifs alone.
+  bool last = !(flags & IORING_CQE_F_MORE);
+  if (t.op == Op::kSendZc ? !(flags & IORING_CQE_F_NOTIF) : last) --c.in_flight;
+  if (t.op == Op::kSendZc && last) --c.zc_notifs;  // its notification (or a send that will have none)
   if (c.state == State::kClosing) {
     if (c.in_flight == 0) release(c);
     return;
@@ -416,7 +474,10 @@ void Loop::dispatch(std::uint64_t user_data, int res, unsigned flags) {
   switch (t.op) {
     case Op::kRecv:
       if (f_.multishot_recv) return on_received(c, res, flags);
-      // 0: EOF; -ECANCELED: the request deadline passed (or the stop cancelled it); <0: reset...
+      if (c.state == State::kLingering) return discard(c, res);
+      // 0: EOF; <0: the client reset, ...; -ECANCELED: the request deadline passed, and the connection is reset
+      // (a stop's cancel also ends the recv with -ECANCELED, but finds the connection CLOSING, above).
+      if (res == -ECANCELED) return close_conn(c, End::kReset);
       if (res <= 0) return close_conn(c);
       c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
       return process(c);
@@ -424,15 +485,17 @@ void Loop::dispatch(std::uint64_t user_data, int res, unsigned flags) {
       return res == -ETIME ? answer(c) : close_conn(c);
     case Op::kDeadline: return;  // -ECANCELED (its op completed first) or -ETIME (its op now ends -ECANCELED)
     case Op::kSendZc:  // the bytes sent (with IORING_CQE_F_MORE), then IORING_CQE_F_NOTIF: see send_file_zc
-      if (!(flags & IORING_CQE_F_MORE)) --c.zc_notifs;  // its last CQE: the kernel no longer reads the buffer
       if (flags & IORING_CQE_F_NOTIF) return c.zc_notifs == 0 ? send_more(c) : void();
       return on_sent(c, t.op, res);
-    case Op::kDeadlineTimer:  // -ETIME (-ECANCELED only comes to a CLOSING connection): see arm_deadline
+    case Op::kDeadlineTimer:  // -ETIME: it fired; -ECANCELED: linger() wants it sooner. See arm_deadline
       c.deadline_armed = false;
-      if (c.state == State::kReading && std::tie(c.deadline.tv_sec, c.deadline.tv_nsec) <=
-                                            std::tie(c.timer_at.tv_sec, c.timer_at.tv_nsec))
-        return cancel_and_close(c);  // READING, and the request's deadline has passed
-      return arm_deadline(c);
+      if (res == -ETIME && has_deadline(c) && std::tie(c.deadline.tv_sec, c.deadline.tv_nsec) <=
+                                                  std::tie(c.timer_at.tv_sec, c.timer_at.tv_nsec))
+        return cancel_and_close(c, c.state == State::kLingering ? End::kClose : End::kReset);  // it has passed
+      if (f_.multishot_recv || awaits_notifications(c)) arm_deadline(c);
+      return;
+    case Op::kShutdown:  // --fixed-files' shutdown(SHUT_WR), see linger: on failure, close at once
+      return res < 0 ? cancel_and_close(c) : void();
     default: return on_sent(c, t.op, res);
   }
 }
@@ -497,7 +560,7 @@ void Loop::on_accept(int res, unsigned flags) {
 
 // [excerpt:stop]
 // Stop: no more accepts, idle (READING) connections close now, WAITING and SENDING ones finish their response and
-// then close, and after kStopGrace whatever is left is cancelled. run() returns once nothing is in flight.
+// linger, LINGERING ones go on, and after kStopGrace whatever is left is reset. run() returns once all are closed.
 void Loop::on_stop() {
   stopping_ = true;
   io_uring_sqe* sqe = get_sqe();
@@ -511,11 +574,11 @@ void Loop::on_stop() {
 }
 
 // Cancels the connection's one operation; its CQE (and its timeout's) then find it CLOSING and release it.
-void Loop::cancel_and_close(Conn& c) {
+void Loop::cancel_and_close(Conn& c, End end) {
   io_uring_sqe* sqe = get_sqe();
   io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
   tag(sqe, Op::kCancel);
-  close_conn(c);
+  close_conn(c, end);
 }
 // [/excerpt:stop]
 
@@ -559,8 +622,12 @@ void Loop::process(Conn& c) {
 // absolute (IORING_TIMEOUT_ABS, on CLOCK_MONOTONIC) and set once per request, when we start waiting for it, so all
 // the recvs of one request share it: a client that dribbles its head a byte at a time (slowloris) is closed
 // --idle-timeout seconds after it began, however often it sends. A relative timeout would restart at every byte.
+// LINGERING reads the same way, to its own deadline, which each input moves (kLingerQuiet after the last).
 void Loop::arm_recv(Conn& c) {
-  c.state = State::kReading;
+  if (c.state == State::kLingering)
+    c.deadline = to_kernel_timespec(c.lingering.deadline().time_since_epoch());  // steady_clock: CLOCK_MONOTONIC
+  else
+    c.state = State::kReading;
   if (f_.multishot_recv) {
     if (c.read_ended) return close_conn(c);  // the client is gone, or sends no more: no request can complete
     if (!c.deadline_armed) arm_deadline(c);
@@ -627,10 +694,13 @@ void Loop::send_more(Conn& c) {
   if (f_.send_zc && out.head_sent == out.head.size()) return send_file_zc(c);
   if (!f_.send_zc && out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file (--send-zc: no pipe)
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return close_conn(c);  // out of descriptors
+    if (::pipe2(fds, O_CLOEXEC) != 0) return close_conn(c, End::kReset);  // out of descriptors: no response
     c.pipe_rd.reset(fds[0]);
     c.pipe_wr.reset(fds[1]);
-    ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);  // refused past fs.pipe-max-size or -user-pages-soft: 64 KiB then
+    // Refused (EPERM) past fs.pipe-max-size, or once the user's pipes hold fs.pipe-user-pages-soft pages (16,384 by
+    // default: 64 pipes of 1 MiB). Past that soft limit a new pipe even starts at 8 KiB, not 64 KiB, and stays so:
+    // as uid 65534, 64 connections got 1 MiB and the next 36 got 8 KiB (root is exempt). More splices, no errors.
+    ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);
   }
   io_uring_sqe* sqe = get_sqe(2);  // 2: room for a linked timeout
   if (out.head_sent < out.head.size()) {
@@ -678,7 +748,13 @@ void Loop::send_file_zc(Conn& c) {
     ++c.zc_notifs;
     return tag_with_timeout(sqe, Op::kSendZc, c, idle_);
   }
-  if (c.zc_notifs > 0) return;  // all sent, but the kernel may still read the buffer: the last notification calls
+  if (c.zc_notifs > 0) {  // all sent, but the kernel may still read the buffer: the last notification calls
+    // The notifications come once the client has acknowledged the bytes. A client that stops reading never
+    // does, and no operation is in flight to time out: the deadline timer bounds the wait (see arm_deadline).
+    c.deadline = monotonic_in(opts_.idle_timeout);
+    if (!c.deadline_armed) arm_deadline(c);
+    return;
+  }
   if (!c.zc_buffer) c.zc_buffer = std::make_unique<char[]>(kZcBufferSize);
   io_uring_sqe* sqe = get_sqe();
   auto count = static_cast<unsigned>(std::min<off_t>(out.left, kZcBufferSize));
@@ -694,9 +770,9 @@ void Loop::on_sent(Conn& c, Op op, int res) {
     direct(sqe);
     return tag_with_timeout(sqe, Op::kWritable, c, idle_);
   }
-  // Reset, EPIPE, -ECANCELED (the idle timeout fired, or the stop grace ran out)... or 0 from the file: it shrank,
-  // and the Content-Length we promised can no longer be kept. Closing tells the client its copy is short.
-  if (res <= 0) return close_conn(c);
+  // Reset, EPIPE, -ECANCELED (the idle timeout fired)... or 0 from the file: it shrank, and the Content-Length we
+  // promised can no longer be kept. A reset tells the client its copy is short.
+  if (res <= 0) return close_conn(c, End::kReset);
   auto n = static_cast<std::size_t>(res);
   if (op == Op::kSend) c.out.head_sent += n;
   if (op == Op::kPipeToSocket) c.piped -= n;
@@ -717,25 +793,62 @@ void Loop::on_sent(Conn& c, Op op, int res) {
   send_more(c);  // after kWritable: there is room again
 }
 
-// The whole response is out: close, or wait for the next request, whose deadline starts now.
+// The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
 void Loop::response_sent(Conn& c) {
-  if (!c.out.keep_alive || stopping_) return close_conn(c);
+  if (!c.out.keep_alive || stopping_) return linger(c);
   c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
   c.deadline = monotonic_in(opts_.idle_timeout);
   process(c);
 }
 // [/excerpt:send-file]
 
-void Loop::close_conn(Conn& c) {
+// [excerpt:lingering]
+// The graceful end of a connection we do not keep (common/closing.hpp). A close with client bytes unread (the rest
+// of a refused upload, a pipelined request) would send an RST, which makes the client's kernel drop the response
+// it has not read yet. So our FIN goes out behind the response, and LINGERING reads and throws away what comes,
+// until the client's EOF (it has read the response and closed) or a bound. shutdown() is a direct system call, not
+// IORING_OP_SHUTDOWN: it never blocks (it queues the FIN), its answer decides the next state now, and the ring
+// would hand it to a kernel worker thread (io-wq; seen on 6.18).
+// --fixed-files has no descriptor to call it on, so there it is IORING_OP_SHUTDOWN, worker thread and all; the
+// reading need not wait for it, and its failure closes the connection (see dispatch).
+void Loop::linger(Conn& c) {
+  if (f_.fixed_files) {
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_shutdown(sqe, c.fd, SHUT_WR);
+    direct(sqe);
+    tag(sqe, Op::kShutdown, &c);
+  } else if (!shutdown_writing(c.fd)) {
+    return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
+  }
+  c.state = State::kLingering;
+  c.lingering = Lingering(Lingering::Clock::now());
+  if (c.deadline_armed) cancel(c, Op::kDeadlineTimer);  // --multishot-recv: re-armed for the lingering deadline
+  arm_recv(c);  // into `chunk` (or the buffer ring), which nothing reads any more
+}
+
+// LINGERING: a recv completed. EOF, an error, the deadline (-ECANCELED) or kLingerMaxBytes: a plain close.
+void Loop::discard(Conn& c, int res) {
+  if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Lingering::Clock::now())) return arm_recv(c);
+  close_conn(c);
+}
+// [/excerpt:lingering]
+
+void Loop::close_conn(Conn& c, End end) {
   c.state = State::kClosing;
+  c.reset = end == End::kReset;
   if (c.receiving) cancel(c, Op::kRecv);  // --multishot-recv: these two outlive every state; end them
   if (c.deadline_armed) cancel(c, Op::kDeadlineTimer);
   if (c.in_flight == 0) release(c);  // otherwise the last CQE of the connection releases it (see dispatch)
 }
 
+// Closes the socket once nothing uses it (in_flight is 0), and frees the slot once no notification is missing.
+// Zero-copy sends whose notifications are missing: the network stack still holds pages of zc_buffer, for bytes
+// the client has not acknowledged, and would hold them as long as the client does not read. A reset drops those
+// bytes, and the notifications follow; the last one frees the slot (see dispatch).
 void Loop::release(Conn& c) {
-  close_socket(c.fd);  // the one close path: by the ownership rule no operation can still use this fd
+  if (c.fd >= 0) close_socket(c.fd, c.reset || c.zc_notifs > 0);  // the one close path (see the ownership rule)
   c.fd = -1;
+  if (c.zc_notifs > 0) return;
   c.state = State::kFree;
   c.generation = (c.generation + 1) & kGenerationMask;
   c.in.clear();
@@ -746,6 +859,8 @@ void Loop::release(Conn& c) {
   c.out = Outgoing();  // closes the file of a response cut short
   c.pipe_rd.reset();   // and the pipe, with whatever it still held
   c.pipe_wr.reset();
+  c.piped = 0;  // left stale, the slot's next connection would splice from its new, empty pipe, and wait forever
+  c.reset = false;
   free_.push_back(c.slot);
   --live_;
 }
@@ -775,10 +890,13 @@ void Loop::provide_buffers() {
   io_uring_buf_ring_advance(buffer_ring_, kBufferCount);
 }
 
-void Loop::take_buffer(Conn& c, int res, unsigned flags) {
+// `c`: nullptr for a stale CQE, whose buffer must go back to the ring all the same. LINGERING, CLOSING: the bytes
+// are thrown away (on_received counts them for LINGERING).
+void Loop::take_buffer(Conn* c, int res, unsigned flags) {
   auto id = static_cast<unsigned short>(flags >> IORING_CQE_BUFFER_SHIFT);
   char* buffer = &buffers_[id * kBufferSize];
-  if (res > 0 && c.state != State::kClosing) c.in.append(buffer, static_cast<std::size_t>(res));
+  if (res > 0 && c && c->state != State::kLingering && c->state != State::kClosing)
+    c->in.append(buffer, static_cast<std::size_t>(res));
   io_uring_buf_ring_add(buffer_ring_, buffer, kBufferSize, id, io_uring_buf_ring_mask(kBufferCount), 0);
   io_uring_buf_ring_advance(buffer_ring_, 1);
 }
@@ -791,9 +909,12 @@ void Loop::take_buffer(Conn& c, int res, unsigned flags) {
 // The recv ends (no IORING_CQE_F_MORE) with EOF or an error; with -ENOBUFS, when the buffer ring was empty; with
 // -ECANCELED, after that pause; or when the kernel chooses. arm_recv() re-arms it whenever it is needed again;
 // after -ENOBUFS at once, since take_buffer() has given back the buffers of the CQEs before this one.
+// LINGERING counts what arrives, and the recv goes on until the end or the deadline timer (see linger).
 void Loop::on_received(Conn& c, int res, unsigned flags) {
   if (!(flags & IORING_CQE_F_MORE)) c.receiving = false;
-  if (res == 0 || (res < 0 && res != -ENOBUFS && res != -ECANCELED)) c.read_ended = true;
+  bool paused = res == -ENOBUFS || res == -ECANCELED;
+  if (res == 0 || (res < 0 && !paused)) c.read_ended = true;
+  if (c.state == State::kLingering) return paused ? arm_recv(c) : discard(c, res);
   if (c.state != State::kReading) {
     if (c.receiving && c.in.size() > kMaxBuffered) cancel(c, Op::kRecv);
     return;
@@ -804,11 +925,13 @@ void Loop::on_received(Conn& c, int res, unsigned flags) {
 
 // The multishot recv outlives each request, so a timeout linked to it could not follow each request's deadline
 // (moving one takes an SQE per request: IORING_LINK_TIMEOUT_UPDATE). The deadline gets a timer of its own instead,
-// armed once and re-armed only when it fires: a connection READING past its deadline is then closed; otherwise the
-// timer waits again, for c.deadline when READING, else for a whole --idle-timeout, since the next request's
-// deadline can only be later than that. A keep-alive connection pays one SQE per --idle-timeout, not per request.
+// armed once and re-armed only when it fires: a connection READING past its deadline is then reset, one LINGERING
+// past its deadline closed; otherwise the timer waits again, for c.deadline in those states, else for a whole
+// --idle-timeout, since the next request's deadline can only be later than that. A keep-alive connection pays one
+// SQE per --idle-timeout, not per request. --send-zc's wait for notifications, which no operation bounds, uses the
+// same timer, with or without --multishot-recv: past c.deadline with no notification, the connection is reset.
 void Loop::arm_deadline(Conn& c) {
-  c.timer_at = c.state == State::kReading ? c.deadline : monotonic_in(opts_.idle_timeout);
+  c.timer_at = has_deadline(c) ? c.deadline : monotonic_in(opts_.idle_timeout);
   io_uring_sqe* sqe = get_sqe();
   io_uring_prep_timeout(sqe, &c.timer_at, 0, IORING_TIMEOUT_ABS);
   tag(sqe, Op::kDeadlineTimer, &c);
@@ -824,12 +947,22 @@ void Loop::cancel(Conn& c, Op op) {
 }
 
 // A registered file is closed by the ring (IORING_OP_CLOSE on its index), which frees the entry for a new accept.
-void Loop::close_socket(int fd) {
+// Its reset cannot be SO_LINGER: setsockopt() needs a descriptor (io_uring's own setsockopt command needs Linux
+// 6.7 and liburing 2.5). connect() to AF_UNSPEC, which the ring can run on a registered file, resets a TCP
+// connection the same way: both end in the kernel's tcp_disconnect(), which sends the RST.
+void Loop::close_socket(int fd, bool reset) {
   if (!f_.fixed_files) {
+    if (reset) reset_connection(fd);  // SO_LINGER {1, 0}: the close sends an RST
     ::close(fd);
     return;
   }
-  io_uring_sqe* sqe = get_sqe();
+  io_uring_sqe* sqe = get_sqe(2);
+  if (reset) {
+    io_uring_prep_connect(sqe, fd, &kDisconnect, sizeof kDisconnect);
+    sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;  // the close below waits for it, whatever its result
+    tag(sqe, Op::kClose);
+    sqe = get_sqe();
+  }
   io_uring_prep_close_direct(sqe, static_cast<unsigned>(fd));
   tag(sqe, Op::kClose);
 }

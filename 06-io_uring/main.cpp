@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -33,7 +34,10 @@
 
 namespace {
 
-constexpr unsigned kRingEntries = 1024;  // SQ slots; the CQ gets twice as many and the kernel holds any overflow
+constexpr unsigned kRingEntries = 1024;  // SQ slots: get_sqe() submits when they are all taken
+// CQ slots: a turn brings up to two CQEs per busy connection (an op and its linked timeout), so 8192 (128 KiB) hold
+// 4,000 of them, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
+constexpr unsigned kCqEntries = 8 * kRingEntries;
 constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
 
@@ -77,24 +81,30 @@ constexpr Tag decode(std::uint64_t data) {
 //      accept
 //        |
 //        v      recv + linked request deadline
-//     READING ------------- EOF, error, request deadline (-ECANCELED), stop ----------+
-//        | bytes arrived                                                              |
-//        v                                                                            |
-//   +--> parse the buffer --- incomplete ---> READING                                 |
-//   |    |       |                                                                    |
-//   |    |       +--- malformed ---> SENDING refuse(4xx), then -----------------------+
-//   |    | a whole request                                                            |
-//   |    v                                                                            |
-//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                |
-//   |    | -ETIME: it fired; out = respond(request)                                   |
-//   |    v                                                                            v
-//   |  SENDING   the head, then the file (see send_more) ---- !keep-alive, error, -> CLOSING
-//   |    | all sent, keep-alive: a new request deadline       idle timeout, stop      |
-//   +----+                                                                            | in_flight == 0
-//                                                                                     v
-//                                                         ::close(fd), slot freed, generation + 1
+//     READING ------------- EOF, error, a stop ------------------------------------------------+
+//        |  \______________ the request deadline passed (-ECANCELED) ------------------ reset --+
+//        | bytes arrived                                                                       |
+//        v                                                                                     |
+//   +--> parse the buffer --- incomplete ---> READING                                          |
+//   |    |       |                                                                             |
+//   |    |       +--- malformed ---> SENDING refuse(4xx), then LINGERING                       |
+//   |    | a whole request                                                                     |
+//   |    v                                                                                     |
+//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                         |
+//   |    | -ETIME: it fired; out = respond(request)                                            |
+//   |    v                                                                                     |
+//   |  SENDING   the head, then the file (see send_more) ---- error, idle timeout ---- reset --+
+//   |    | all sent, keep-alive:      | all sent, not keep-alive (or a stop):                  |
+//   +----+ a new request deadline     v shutdown(SHUT_WR)                                      |
+//                                  LINGERING   recv + linked lingering deadline, the bytes     |
+//                                     |        thrown away (see linger)                        |
+//                                     +------- EOF, error, the deadline, kLingerMaxBytes ------+
+//                                                                                              v
+//                                                      once in_flight == 0: ::close(fd) <-- CLOSING
+//                         (a reset sets SO_LINGER {1, 0} first), slot freed, generation + 1
 //
-// A stop also leads to CLOSING through cancel_and_close(): at once when READING, after kStopGrace otherwise.
+// A stop: READING connections close at once, the others go on, and what is still open after kStopGrace is reset
+// (cancel_and_close). A reset makes the close send an RST, not a FIN: the ways to end are in common/closing.hpp.
 //
 // Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
 // pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
@@ -105,7 +115,11 @@ constexpr Tag decode(std::uint64_t data) {
 // We close with a plain ::close(fd), not IORING_OP_CLOSE: by the rule above nothing of the connection is in
 // flight any more, and closing a socket does not block (the FIN goes out in the background). IORING_OP_CLOSE
 // would save that system call but add one more completion to wait for before the slot could be reused.
-enum class State { kFree, kReading, kWaiting, kSending, kClosing };
+enum class State { kFree, kReading, kWaiting, kSending, kLingering, kClosing };
+
+// How close_conn() ends a connection: a plain close (FIN), or a reset (RST) for one that timed out, whose send
+// failed, or that outlived the stop's grace (common/closing.hpp).
+enum class End { kClose, kReset };
 
 struct Conn {
   std::uint32_t slot = 0;        // index in Loop::conns_, fixed for the Conn's whole life
@@ -116,10 +130,12 @@ struct Conn {
   int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
   std::string in;     // bytes received and not yet answered; may hold several pipelined requests
   std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
-  __kernel_timespec deadline{};        // READING: when the request must be complete (absolute; see arm_recv)
+  __kernel_timespec deadline{};        // READING, LINGERING: when to stop waiting for input (absolute; arm_recv)
   http::Request request;               // WAITING: the request the timer runs for
   std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
   Outgoing out;                        // SENDING: the response (common/response.hpp)
+  Lingering lingering;                 // LINGERING: bytes thrown away, and until when (common/closing.hpp)
+  bool reset = false;                  // CLOSING: the close sends an RST (End::kReset)
 };
 // [/excerpt:connection]
 
@@ -131,7 +147,11 @@ class Loop {
       : opts_(opts), delay_(to_kernel_timespec(opts.delay)), idle_(to_kernel_timespec(opts.idle_timeout)),
         grace_(to_kernel_timespec(kStopGrace)), backoff_(to_kernel_timespec(kAcceptBackoff)) {
     io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = kCqEntries;
     int r = io_uring_queue_init_params(kRingEntries, &ring_, &params);
+    if (r == -EINVAL)  // IORING_SETUP_CQSIZE came in 5.5
+      fail_startup("io_uring is unavailable: this kernel is older than 5.7 (it refused IORING_SETUP_CQSIZE)");
     if (r < 0) fail_startup(unavailable(-r));
     // Without FAST_POLL (5.7) every recv would park a kernel worker thread instead of waiting on the socket.
     if (!(params.features & IORING_FEAT_FAST_POLL))
@@ -145,6 +165,7 @@ class Loop {
 
  private:
   io_uring_sqe* get_sqe(unsigned count = 1);
+  void reap();
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr);
   void tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags = 0);
   void dispatch(std::uint64_t user_data, int res);
@@ -159,8 +180,10 @@ class Loop {
   void send_more(Conn& c);
   void on_sent(Conn& c, Op op, int res);
   void response_sent(Conn& c);
-  void cancel_and_close(Conn& c);
-  void close_conn(Conn& c);
+  void linger(Conn& c);
+  void discard(Conn& c, int res);
+  void cancel_and_close(Conn& c, End end = End::kClose);
+  void close_conn(Conn& c, End end = End::kClose);
   void release(Conn& c);
 
   const Options& opts_;
@@ -174,14 +197,22 @@ class Loop {
   std::vector<std::unique_ptr<Conn>> conns_;  // the slot table: index = slot
   std::vector<std::uint32_t> free_;           // free slots, reused last-in first-out
   std::size_t live_ = 0;                      // slots in use
+  struct Completion {
+    std::uint64_t user_data;
+    int res;
+  };
+  std::vector<Completion> batch_;  // CQEs reaped and not yet dispatched (see run and get_sqe)
 };
 
 // [excerpt:get-sqe]
 // A free SQE, for `count` entries queued back to back. When the submission queue is full we submit what is queued
 // to make room, rather than dereference the NULL that io_uring_get_sqe() returns. `count` keeps a linked pair (an
 // op and its deadline) in one submission: split across two, the link would end at the first entry.
+// -EBUSY (5.x kernels): CQEs overflowed the CQ, and the kernel takes no SQE until we reap. reap() moves them to
+// batch_, which run() dispatches once the handler that called us returns: never in the middle of a handler.
 io_uring_sqe* Loop::get_sqe(unsigned count) {
-  while (io_uring_sq_space_left(&ring_) < count) io_uring_submit(&ring_);  // an error here is transient: retry
+  while (io_uring_sq_space_left(&ring_) < count)
+    if (io_uring_submit(&ring_) == -EBUSY) reap();  // other errors (-EINTR, -EAGAIN) are transient: retry
   return io_uring_get_sqe(&ring_);
 }
 
@@ -213,23 +244,26 @@ void Loop::run(Fd listener) {
   io_uring_prep_poll_add(sqe, stop_fd(), POLLIN);
   tag(sqe, Op::kStop);
 
-  struct Completion {
-    std::uint64_t user_data;
-    int res;
-  };
-  std::vector<Completion> batch;
   while (!(stopping_ && listen_op_ == Op::kNone && live_ == 0)) {
     io_uring_submit_and_wait(&ring_, 1);  // -EINTR (a signal) is fine: the stop poll will report it
-    // Copy the CQEs out and hand their slots back before handling any: the handlers queue new work, whose CQEs
-    // need free slots (when the CQ is full the kernel parks them on a slower overflow list, and may answer -EBUSY).
-    batch.clear();
-    unsigned head;
-    io_uring_cqe* cqe;
-    io_uring_for_each_cqe(&ring_, head, cqe) batch.push_back({cqe->user_data, cqe->res});
-    io_uring_cq_advance(&ring_, static_cast<unsigned>(batch.size()));
-    for (const Completion& c : batch) dispatch(c.user_data, c.res);
+    reap();
+    for (std::size_t i = 0; i < batch_.size(); ++i) {  // (get_sqe may reap more during the turn: they come last)
+      const Completion c = batch_[i];                  // a copy: the vector may grow under the handler
+      dispatch(c.user_data, c.res);
+    }
+    batch_.clear();
   }
   // Left in the ring: the grace timer and some cancel results, which point at nothing of ours. ~Loop() ends them.
+}
+
+// Copies the CQEs out and hands their slots back before any is handled: the handlers queue new work, whose CQEs
+// need free slots.
+void Loop::reap() {
+  std::size_t before = batch_.size();
+  unsigned head;
+  io_uring_cqe* cqe;
+  io_uring_for_each_cqe(&ring_, head, cqe) batch_.push_back({cqe->user_data, cqe->res});
+  io_uring_cq_advance(&ring_, static_cast<unsigned>(batch_.size() - before));
 }
 
 void Loop::dispatch(std::uint64_t user_data, int res) {
@@ -242,9 +276,9 @@ void Loop::dispatch(std::uint64_t user_data, int res) {
       if (stopping_) return listener_.reset();
       return t.op == Op::kBackoff ? arm_listen_wait(Op::kListenReady) : arm_accept();
     case Op::kStop: return on_stop();
-    case Op::kGrace:  // kStopGrace is over: whatever is still waiting or sending is closed now
+    case Op::kGrace:  // kStopGrace is over: whatever is still waiting, sending or lingering is reset now
       for (auto& c : conns_)
-        if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c);
+        if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c, End::kReset);
       return;
     case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
     default: break;
@@ -257,7 +291,11 @@ void Loop::dispatch(std::uint64_t user_data, int res) {
     return;
   }
   switch (t.op) {
-    case Op::kRecv:  // 0: EOF; -ECANCELED: the request deadline passed (or the stop cancelled it); <0: reset...
+    case Op::kRecv:
+      if (c.state == State::kLingering) return discard(c, res);
+      // 0: EOF; <0: the client reset, ...; -ECANCELED: the request deadline passed, and the connection is reset
+      // (a stop's cancel also ends the recv with -ECANCELED, but finds the connection CLOSING, above).
+      if (res == -ECANCELED) return close_conn(c, End::kReset);
       if (res <= 0) return close_conn(c);
       c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
       return process(c);
@@ -312,7 +350,7 @@ void Loop::on_accept(int res) {
 
 // [excerpt:stop]
 // Stop: no more accepts, idle (READING) connections close now, WAITING and SENDING ones finish their response and
-// then close, and after kStopGrace whatever is left is cancelled. run() returns once nothing is in flight.
+// linger, LINGERING ones go on, and after kStopGrace whatever is left is reset. run() returns once all are closed.
 void Loop::on_stop() {
   stopping_ = true;
   io_uring_sqe* sqe = get_sqe();
@@ -326,11 +364,11 @@ void Loop::on_stop() {
 }
 
 // Cancels the connection's one operation; its CQE (and its timeout's) then find it CLOSING and release it.
-void Loop::cancel_and_close(Conn& c) {
+void Loop::cancel_and_close(Conn& c, End end) {
   io_uring_sqe* sqe = get_sqe();
   io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
   tag(sqe, Op::kCancel);
-  close_conn(c);
+  close_conn(c, end);
 }
 // [/excerpt:stop]
 
@@ -374,8 +412,12 @@ void Loop::process(Conn& c) {
 // absolute (IORING_TIMEOUT_ABS, on CLOCK_MONOTONIC) and set once per request, when we start waiting for it, so all
 // the recvs of one request share it: a client that dribbles its head a byte at a time (slowloris) is closed
 // --idle-timeout seconds after it began, however often it sends. A relative timeout would restart at every byte.
+// LINGERING reads the same way, to its own deadline, which each input moves (kLingerQuiet after the last).
 void Loop::arm_recv(Conn& c) {
-  c.state = State::kReading;
+  if (c.state == State::kLingering)
+    c.deadline = to_kernel_timespec(c.lingering.deadline().time_since_epoch());  // steady_clock: CLOCK_MONOTONIC
+  else
+    c.state = State::kReading;
   io_uring_sqe* sqe = get_sqe(2);
   io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
   tag_with_timeout(sqe, Op::kRecv, c, c.deadline, IORING_TIMEOUT_ABS);
@@ -421,7 +463,7 @@ void Loop::send_more(Conn& c) {
   }
   switch (send_some(c.fd, out)) {  // common/response.hpp: the file (nothing when the response is all head)
     case SendProgress::kDone: return response_sent(c);
-    case SendProgress::kFailed: return close_conn(c);
+    case SendProgress::kFailed: return close_conn(c, End::kReset);  // the client must not take a part for all
     case SendProgress::kBlocked: break;
   }
   io_uring_sqe* sqe = get_sqe(2);
@@ -430,30 +472,54 @@ void Loop::send_more(Conn& c) {
 }
 
 // kSend: part of the head is out. kWritable: the socket has room again. Anything else (a reset, EPIPE, -ECANCELED
-// from the idle timeout or the stop grace) ends the connection.
+// from the idle timeout) ends the connection with a reset: its response cannot be completed.
 void Loop::on_sent(Conn& c, Op op, int res) {
-  if (res <= 0) return close_conn(c);
+  if (res <= 0) return close_conn(c, End::kReset);
   if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
   send_more(c);
 }
 
-// The whole response is out: close, or wait for the next request, whose deadline starts now.
+// The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
 void Loop::response_sent(Conn& c) {
-  if (!c.out.keep_alive || stopping_) return close_conn(c);
+  if (!c.out.keep_alive || stopping_) return linger(c);
   c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
   c.deadline = monotonic_in(opts_.idle_timeout);
   process(c);
 }
 // [/excerpt:send-file]
 
-void Loop::close_conn(Conn& c) {
+// [excerpt:lingering]
+// The graceful end of a connection we do not keep (common/closing.hpp). A close with client bytes unread (the rest
+// of a refused upload, a pipelined request) would send an RST, which makes the client's kernel drop the response
+// it has not read yet. So our FIN goes out behind the response, and LINGERING reads and throws away what comes,
+// until the client's EOF (it has read the response and closed) or a bound. shutdown() is a direct system call, not
+// IORING_OP_SHUTDOWN: it never blocks (it queues the FIN), its answer decides the next state now, and the ring
+// would hand it to a kernel worker thread (io-wq; seen on 6.18).
+void Loop::linger(Conn& c) {
+  if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
+  c.state = State::kLingering;
+  c.lingering = Lingering(Lingering::Clock::now());
+  arm_recv(c);  // into `chunk`, which nothing reads any more
+}
+
+// LINGERING: a recv completed. EOF, an error, the deadline (-ECANCELED) or kLingerMaxBytes: a plain close.
+void Loop::discard(Conn& c, int res) {
+  if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Lingering::Clock::now())) return arm_recv(c);
+  close_conn(c);
+}
+// [/excerpt:lingering]
+
+void Loop::close_conn(Conn& c, End end) {
   c.state = State::kClosing;
+  c.reset = end == End::kReset;
   if (c.in_flight == 0) release(c);  // otherwise the last CQE of the connection releases it (see dispatch)
 }
 
 void Loop::release(Conn& c) {
+  if (c.reset) reset_connection(c.fd);  // SO_LINGER {1, 0}: the close sends an RST
   ::close(c.fd);  // the one close path: by the ownership rule no operation can still use this fd
   c.fd = -1;
+  c.reset = false;
   c.state = State::kFree;
   c.generation = (c.generation + 1) & kGenerationMask;
   c.in.clear();
