@@ -141,6 +141,7 @@ class Loop {
       c.generation = ++generations_;
       c.idle_since = Clock::now();
       timers_.add(c.idle_since + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
+      timers_.prune_over(2 * conns_.size() + 64, [this](const Timer& t) { return is_stale(t); });  // see timers.hpp
       max_fd_ = std::max(max_fd_, fd);  // never lowered: a stale mark only makes select() look at a few more bits
       watch(c);
     }
@@ -207,9 +208,8 @@ class Loop {
 
   // [excerpt:timers]
   void on_timer(const Timer& t, Clock::time_point now) {
-    auto it = conns_.find(t.fd);
-    if (it == conns_.end() || it->second.generation != t.generation) return;  // its connection is gone
-    Conn& c = it->second;
+    if (t.fd < 0 || is_stale(t)) return;  // the stop's wake-up, or a timer whose connection is gone
+    Conn& c = conns_.at(t.fd);
     if (t.kind == Timer::kHandler) {
       if (c.state != State::kWaiting) return;
       start_writing(c, respond(opts_, c.request));
@@ -247,6 +247,12 @@ class Loop {
     for (Conn* c : idle) close_conn(*c);
   }
   // [/excerpt:stop]
+
+  // A timer of a connection that has closed (its fd number perhaps reused since): on_timer() ignores it.
+  bool is_stale(const Timer& t) const {
+    auto it = conns_.find(t.fd);
+    return t.fd >= 0 && (it == conns_.end() || it->second.generation != t.generation);
+  }
 
   // The graceful end (common/closing.hpp): our FIN goes out after the response; the client's ends LINGERING.
   void start_lingering(Conn& c) {

@@ -11,9 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <functional>
 #include <optional>
-#include <queue>
 #include <vector>
 
 template <class T>
@@ -21,30 +19,50 @@ class TimerQueue {
  public:
   using Clock = std::chrono::steady_clock;
 
-  void add(Clock::time_point when, T what) { heap_.push(Entry{when, std::move(what)}); }
+  void add(Clock::time_point when, T what) {
+    heap_.push_back(Entry{when, std::move(what)});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
   bool empty() const { return heap_.empty(); }
+  std::size_t size() const { return heap_.size(); }
 
   // The earliest timer that is due at `now`, removed from the queue; std::nullopt when none is due.
   std::optional<T> pop_due(Clock::time_point now) {
-    if (heap_.empty() || heap_.top().when > now) return std::nullopt;
-    T what = heap_.top().what;
-    heap_.pop();
+    if (heap_.empty() || heap_.front().when > now) return std::nullopt;
+    std::pop_heap(heap_.begin(), heap_.end(), Later{});
+    T what = std::move(heap_.back().what);
+    heap_.pop_back();
     return what;
   }
 
   // How long until the next timer (zero if one is due), or std::nullopt when there is none: wait without limit.
   std::optional<std::chrono::nanoseconds> time_to_next(Clock::time_point now) const {
     if (heap_.empty()) return std::nullopt;
-    return std::max(std::chrono::nanoseconds(0), std::chrono::nanoseconds(heap_.top().when - now));
+    return std::max(std::chrono::nanoseconds(0), std::chrono::nanoseconds(heap_.front().when - now));
+  }
+
+  // The price of lazy deletion: a connection that closes leaves its timers behind until they come due, so with a
+  // long --idle-timeout the heap would grow with the traffic (a timer per connection closed in the last timeout),
+  // not with the connections open. Once more than `live_limit` timers wait, this drops those `stale(what)` calls
+  // stale and gives their memory back: O(n), but only after n / 2 more timers, so amortised O(1) per timer.
+  template <class Stale>
+  void prune_over(std::size_t live_limit, Stale stale) {
+    if (heap_.size() <= 2 * live_limit) return;
+    heap_.erase(std::remove_if(heap_.begin(), heap_.end(), [&](const Entry& e) { return stale(e.what); }),
+                heap_.end());
+    std::make_heap(heap_.begin(), heap_.end(), Later{});
+    if (heap_.capacity() > 4 * heap_.size() + 64) heap_.shrink_to_fit();
   }
 
  private:
   struct Entry {
     Clock::time_point when;
     T what;
-    bool operator>(const Entry& other) const { return when > other.when; }
   };
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+  struct Later {  // std::*_heap keep the greatest first: "greatest" here is the earliest
+    bool operator()(const Entry& a, const Entry& b) const { return a.when > b.when; }
+  };
+  std::vector<Entry> heap_;  // a binary heap (std::push_heap/pop_heap), earliest at the front
 };
 
 inline timespec to_timespec(std::chrono::nanoseconds d) {

@@ -159,6 +159,23 @@ TEST(Timers, PopsInDeadlineOrder) {
   EXPECT_EQ(*q.time_to_next(t0 + std::chrono::seconds(1)), std::chrono::nanoseconds(0));
 }
 
+// Timers of closed connections (odd numbers here) are dropped once they outnumber twice the live limit; the live
+// ones stay, still in deadline order.
+TEST(Timers, PruneDropsStaleTimersOnlyPastTheLimit) {
+  using Clock = TimerQueue<int>::Clock;
+  TimerQueue<int> q;
+  auto t0 = Clock::now();
+  for (int i = 0; i < 1000; ++i) q.add(t0 + std::chrono::milliseconds(1000 - i), i);
+  auto odd = [](int what) { return what % 2 == 1; };
+  q.prune_over(500, odd);
+  EXPECT_EQ(q.size(), 1000U) << "at twice the limit, nothing is pruned yet";
+  q.prune_over(499, odd);
+  EXPECT_EQ(q.size(), 500U);
+  auto end = t0 + std::chrono::seconds(2);
+  for (int expect = 998; expect >= 0; expect -= 2) EXPECT_EQ(q.pop_due(end), expect);
+  EXPECT_TRUE(q.empty());
+}
+
 TEST(Timers, ConversionsRoundUpToTheMicrosecond) {
   timeval tv = to_timeval(std::chrono::nanoseconds(1'500'000'001));
   EXPECT_EQ(tv.tv_sec, 1);
