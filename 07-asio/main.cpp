@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/closing.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -48,7 +49,23 @@
 // epoll. Boost.Asio has that backend only from Boost 1.78 on; Debian 12's default Boost is 1.74.
 #define ASIO_HAS_IO_URING 1
 #define ASIO_DISABLE_EPOLL 1
+#include <asio/version.hpp>
+#if ASIO_VERSION < 102700
+// Works around a bug of Asio before 1.27 (chriskohlhoff/asio PR #1215, fixed by commit 0080ec1c9): its cancellation
+// SQEs keep the user_data of the slot's previous SQE once the ring's 16,384 slots have all been used. Asio then takes
+// a cancellation's completion for another object's (often the acceptor's), queues that object twice in one batch, and
+// its intrusive list loses the completions queued in between: a stop with 5,500 idle connections (3 SQEs each) waits
+// for them forever. This clears user_data, as 1.27's get_sqe() does; a macro, because get_sqe() is inside Asio.
+#include <liburing.h>
+inline io_uring_sqe* get_sqe_without_stale_user_data(io_uring* ring) {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  if (sqe != nullptr) io_uring_sqe_set_data(sqe, nullptr);  // Asio ignores a completion whose user_data is null
+  return sqe;
+}
+#define io_uring_get_sqe get_sqe_without_stale_user_data
+#endif
 #include <asio.hpp>
+#undef io_uring_get_sqe
 using asio::error_code;
 #else
 #include <boost/asio.hpp>
@@ -88,7 +105,7 @@ struct Loop {
   asio::signal_set signals{executor, SIGINT, SIGTERM};
   asio::steady_timer accept_retry{executor};  // the pause after a failed accept
   std::chrono::milliseconds retry_pause = kRetryPauseMin;
-  asio::steady_timer grace{executor};         // bounds how long a stop waits for the responses in flight
+  asio::steady_timer grace{executor};         // bounds how long a stop waits for the connections still open
   std::atomic<bool> stopping{false};          // read by the sessions, from any thread of a pool
   std::mutex mutex;                           // guards `sessions`
   std::unordered_set<Session*> sessions;      // the live ones: each adds itself at birth, removes itself at death
@@ -101,16 +118,22 @@ struct Loop {
 //                 +------------------------ sent, keep-alive --------------------------+
 //                 v                                                                    |
 //   accepted --> parse --complete--> kHandling --delay over--> kWriting --all sent--+--+
-//                 | ^  \                                          ^                 |
-//      incomplete | |   +--malformed: refuse(status) -------------+                 +--> close: Connection: close,
-//                 v | bytes arrived                                                      a stop, a write error, or
-//               kReading --EOF, error, deadline, stop--> close                           the deadline (no progress)
+//                 | ^  \                                          ^  |              |
+//      incomplete | |   +--malformed: refuse(status) -------------+  |              | the last response: refused,
+//                 v | bytes arrived                                  | a send       | Connection: close, or a stop
+//               kReading --EOF, peer's reset, stop--> close          | error, or    v
+//                 |                                                  | no progress  kLingering: shutdown(send); read,
+//                 +--deadline--> reset <-----------------------------+              discard --EOF, error, 16 MiB,
+//                                                                                   2 s quiet, 5 s in all--> close
+//
+//   close: a plain close, a FIN (nothing is left unread that would turn it into an RST). reset: SO_LINGER {on, 0 s}
+//   first, so that the close sends an RST: for what timed out or failed, and for what a stop's grace leaves open.
 //
 // Who owns it: the handlers of its pending operations, each holding `self`, a shared_ptr; nothing else does (the
 // Loop's list is not owning). Until close(), the deadline's timer is always pending, and so is a read, the delay or
-// a write, whose handler starts the next one. close() closes the socket and cancels both timers, so every handler
-// still pending runs soon with an error and starts nothing. The Session dies when the last of them returns: after
-// close(), never before, so no operation outlives the buffers it uses. All its handlers run on its executor (its
+// a write, whose handler starts the next one. close() cancels them all, so every handler still pending runs soon
+// with an error and starts nothing. The Session dies when the last of them returns (after close(), never before, so
+// no operation outlives the buffers it uses), and closes its socket then. All its handlers run on its executor (its
 // socket's), one at a time: in a pool that executor is a strand, so the Session needs no lock of its own.
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -119,7 +142,12 @@ class Session : public std::enable_shared_from_this<Session> {
     std::lock_guard<std::mutex> lock(loop_.mutex);
     loop_.sessions.insert(this);
   }
+  // The socket closes here, once nothing is pending on it: a descriptor closed under a pending operation can go to
+  // the next accept() first, and Asio 1.22 on io_uring then restarts the old read on the new connection, stealing its
+  // request. Explicitly: the tcp::socket destructor would turn SO_LINGER off, and a reset() into a plain close.
   ~Session() {
+    error_code ignored;
+    socket_.close(ignored);
     std::lock_guard<std::mutex> lock(loop_.mutex);
     loop_.sessions.erase(this);
     // The last session to go ends a stop's grace period. post: the grace timer is the loop's, on the loop's
@@ -139,17 +167,27 @@ class Session : public std::enable_shared_from_this<Session> {
     if (state_ == State::kReading) close();
   }
 
-  // The one close path. Closing an Asio socket twice is harmless: the second close() does nothing.
+  // The one way to end the connection (calling it twice is harmless). The FIN, or reset()'s RST, goes out when
+  // ~Session closes the socket, after the handlers of what this cancels.
   void close() {
     state_ = State::kClosed;
     error_code ignored;
-    socket_.close(ignored);  // the pending read, write or wait completes with operation_aborted
+    socket_.cancel(ignored);  // the pending read, write or wait completes with operation_aborted
     timer_.cancel();
     delay_.cancel();
   }
 
+  // The abortive end (closing.hpp's reset_connection(), in Asio's words): with SO_LINGER {on, 0 s}, the socket's
+  // close sends an RST and drops what is still unsent. For what timed out, failed to send, or outlived a stop's grace.
+  void reset() {
+    if (state_ == State::kClosed) return;  // already ended: keep the end chosen first
+    error_code ignored;
+    socket_.set_option(tcp::socket::linger(true, 0), ignored);
+    close();
+  }
+
  private:
-  enum class State { kReading, kHandling, kWriting, kClosed };
+  enum class State { kReading, kHandling, kWriting, kLingering, kClosed };
 
   // The protocol of every chapter: answer what is buffered; read more only when the next request is incomplete.
   void serve() {
@@ -166,7 +204,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     delay_.expires_after(loop_.opts.delay);
     delay_.async_wait([self = shared_from_this(), p](const error_code& ec) {
-      if (ec || self->state_ != State::kHandling) return;  // close() came first (the stop's grace ran out)
+      if (ec || self->state_ != State::kHandling) return;  // reset() came first (the stop's grace ran out)
       self->answer(p.request, p.length);
     });
   }
@@ -179,8 +217,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read() {
     state_ = State::kReading;
     socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
-      // ec: EOF, a reset, or close() by the deadline or a stop (operation_aborted). A half-closed peer gives EOF
-      // too: we close rather than read again, so it cannot make the loop spin.
+      // ec: EOF, a reset, or reset()/close() by the deadline or a stop (operation_aborted). A half-closed peer gives
+      // EOF too: we close rather than read again, so it cannot make the loop spin.
       if (ec || self->state_ != State::kReading) return self->close();
       self->in_.append(self->chunk_.data(), n);  // the deadline does not move: a dribbling client gains nothing
       self->serve();
@@ -189,20 +227,23 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // [excerpt:deadline]
   // One timer per session, for its whole life (a watchdog, as in Asio's timeouts examples), and one deadline_:
-  //   kReading   the request must be complete by deadline_ = when we started waiting for it + S; reads do not move it
-  //   kWriting   the peer must keep taking bytes: deadline_ = now + S when a write starts and after each progress
-  //   kHandling  no deadline: the wait is ours
-  // Moving the deadline only stores deadline_; re-arming the timer each time would cancel one wait and start another
-  // per request. Each new deadline is later than the one the timer waits for, so the timer can only fire early, and
+  //   kReading    the request must be complete by deadline_ = when we started waiting for it + S; reads do not move it
+  //   kWriting    the peer must keep taking bytes: deadline_ = now + S when a write starts and after each progress
+  //   kHandling   no deadline: the wait is ours
+  //   kLingering  Lingering::deadline(): 2 s after the last bytes came in, 5 s after lingering began at most
+  // Past it, a lingering connection closes; one that was reading or writing is reset. Moving the deadline only stores
+  // deadline_; re-arming the timer each time would cancel one wait and start another per request. Each new deadline
+  // is later than the one the timer waits for (but linger()'s, which re-arms), so the timer can only fire early, and
   // its handler then waits again. A stale handler (the timer fired as close() ran) finds kClosed and does nothing.
   void watch(Clock::time_point until) {
     timer_.expires_at(until);
     timer_.async_wait([self = shared_from_this()](const error_code& ec) {
-      if (ec || self->state_ == State::kClosed) return;  // close() cancelled it
+      if (ec || self->state_ == State::kClosed) return;  // cancelled by close(), or by linger()'s re-arming
       const Clock::time_point now = Clock::now();
       if (self->state_ == State::kHandling) return self->watch(now + self->loop_.opts.idle_timeout);
       if (now < self->deadline_) return self->watch(self->deadline_);  // moved on since: wait for the new one
-      self->close();  // the pending read or write then completes with operation_aborted
+      if (self->state_ == State::kLingering) return self->close();  // we waited long enough for the client's FIN
+      self->reset();  // the pending read or write then completes with operation_aborted
     });
   }
   // [/excerpt:deadline]
@@ -211,10 +252,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // its job), then the file, if any. out_ is a member because its bytes must stay put until the writes complete.
   void send(Outgoing out, std::size_t consumed) {
     state_ = State::kWriting;
-    deadline_ = Clock::now() + loop_.opts.idle_timeout;  // a head is a few KB: all of it in S seconds, or close
+    deadline_ = Clock::now() + loop_.opts.idle_timeout;  // a head is a few KB: all of it in S seconds, or reset
     out_ = std::move(out);
     auto on_head_sent = [self = shared_from_this(), consumed](const error_code& ec, std::size_t n) {
-      if (ec || self->state_ != State::kWriting) return self->close();
+      if (ec || self->state_ != State::kWriting) return self->reset();  // (reset() after close() does nothing)
       self->out_.head_sent = n;  // all of it
       self->send_file(consumed);
     };
@@ -231,29 +272,56 @@ class Session : public std::enable_shared_from_this<Session> {
     if (out_.left > 0 && !socket_.native_non_blocking()) {
       error_code ec;
       socket_.native_non_blocking(true, ec);
-      if (ec) return close();
+      if (ec) return reset();
     }
     const off_t before = out_.left;
     switch (send_some(socket_.native_handle(), out_)) {
       case SendProgress::kDone: return sent(consumed);
-      case SendProgress::kFailed: return close();  // an error, or the file shrank: the promised length cannot be kept
+      case SendProgress::kFailed: return reset();  // an error, or the file shrank: the promised length cannot be kept
       case SendProgress::kBlocked: break;
     }
     if (out_.left != before) deadline_ = Clock::now() + loop_.opts.idle_timeout;  // progress: the reader reads
     socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this(), consumed](const error_code& ec) {
-      if (ec || self->state_ != State::kWriting) return self->close();  // the deadline, a stop's grace, an error
+      if (ec || self->state_ != State::kWriting) return self->reset();  // an error (or the deadline, a stop's grace)
       self->send_file(consumed);
     });
   }
   // [/excerpt:sendfile]
 
   void sent(std::size_t consumed) {  // the whole response has gone out
-    if (!out_.keep_alive || loop_.stopping) return close();
+    if (!out_.keep_alive || loop_.stopping) return linger();  // the connection's last response
     out_ = Outgoing{};       // closes the file
     in_.erase(0, consumed);  // the next pipelined request, if any, is now at the front
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // and the next request's deadline counts from now
     serve();
   }
+
+  // [excerpt:lingering]
+  // The graceful end (closing.hpp; nginx's lingering close). With bytes from the client still unread (the rest of a
+  // refused upload, a request pipelined behind Connection: close), closing would send an RST, and the client's kernel
+  // would drop the response it has not read yet. So shutdown(send) puts our FIN after the response, and we read and
+  // throw away what comes until the client's FIN, an error, 16 MiB, or the deadline. Then close().
+  void linger() {
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();  // ENOTCONN: the client has reset the connection; nothing is left to wait for
+    state_ = State::kLingering;
+    lingering_ = Lingering(Clock::now());
+    deadline_ = lingering_.deadline();
+    watch(deadline_);  // earlier than the write's deadline that the timer waits for: re-arm it
+    discard();
+  }
+
+  void discard() {
+    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
+      // ec: the client's EOF (the usual end), its reset, or close()/reset() by the deadline or a stop's grace
+      if (ec || self->state_ != State::kLingering) return self->close();
+      if (!self->lingering_.discarded(n, Clock::now())) return self->close();  // 16 MiB thrown away: enough
+      self->deadline_ = self->lingering_.deadline();  // the client is still sending: wait up to 2 s more
+      self->discard();
+    });
+  }
+  // [/excerpt:lingering]
 
   tcp::socket socket_;
   asio::steady_timer timer_;             // the deadline's watchdog (watch())
@@ -263,6 +331,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Clock::time_point deadline_;           // see watch()
   std::string in_;                       // received and not yet answered: maybe several pipelined requests
   Outgoing out_;                         // the response being sent
+  Lingering lingering_;                  // kLingering: what was thrown away, and until when to wait
   std::array<char, 4096> chunk_;         // one read's bytes; at most 4 KiB, like recv_into() in common/net.hpp
 };
 // [/excerpt:session]
@@ -325,8 +394,8 @@ void accept(Loop& loop) {
 // [excerpt:stop]
 // Runs on the loop's executor, from its signal_set. Once everything below has finished, the io_context has no
 // operation left, and run() returns by itself in every thread: the acceptor is closed, each session either closes
-// now or finishes its response and then closes, and the grace timer is cancelled by the last session to go (or
-// fires first).
+// now (idle) or finishes its response and lingers, and the grace timer is cancelled by the last session to go (or
+// fires first, and resets the sessions still open).
 void Loop::stop() {
   stopping = true;
   error_code ignored;
@@ -340,7 +409,7 @@ void Loop::stop() {
   grace.expires_after(kStopGrace);
   grace.async_wait([this](const error_code& ec) {
     if (ec) return;                                     // cancelled: every session finished in time
-    for_each_session([](Session& s) { s.close(); });  // out of time: drop the responses still in flight
+    for_each_session([](Session& s) { s.reset(); });  // out of time: reset every connection still open
   });
 }
 // [/excerpt:stop]
