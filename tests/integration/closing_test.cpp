@@ -134,8 +134,10 @@ TEST_P(Closing, NeverReadingClientsOfAFileAreClosedAndDoNotHoldTheStop) {
   if (!launch_static({"--idle-timeout", "2"})) return;
   const int baseline = baseline_fds();
   ASSERT_GT(baseline, 0);
+  // 01 serves one connection at a time: a second stalled client would wait for the first to be reset.
+  const int clients = server_info().number == 1 ? 1 : 3;
   std::vector<Client> stalled;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < clients; ++i) {
     stalled.push_back(connect({false, /*rcvbuf=*/4096}));
     ASSERT_TRUE(stalled.back().ok()) << stalled.back().error();
     ASSERT_TRUE(stalled.back().send(get("/big.bin"), deadline_in(kIoTimeout))) << stalled.back().error();
@@ -156,7 +158,7 @@ TEST_P(Closing, NeverReadingClientsOfAFileAreClosedAndDoNotHoldTheStop) {
   const auto stop = Clock::now();
   const ExitStatus status = server_->stop(SIGTERM, deadline_in(kExitBound));
   EXPECT_TRUE(status.exited_with(0)) << status.describe() << "; stderr: " << server_->err();
-  EXPECT_LT(ms_since(stop), 5000) << "three stalled readers held the stop past its 2 s grace";
+  EXPECT_LT(ms_since(stop), 5000) << "stalled readers held the stop past its 2 s grace";
 }
 
 // A reader that keeps taking a large file slowly, when the stop comes: it gets the stop's grace (2 s), then the
