@@ -2,12 +2,13 @@
 //
 // Chapter 05 asked the kernel "which sockets are ready?" and then made every call itself. Here the loop hands the
 // kernel the calls themselves (accept, recv, send, poll, a timer) as submission queue entries (SQEs) and later
-// reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait() per loop turn
-// submits everything the last turn queued and sleeps until something completes: one system call per batch, not per
-// call. This is the plain version. advanced.cpp, next to it, is this program plus SQPOLL, DEFER_TASKRUN, multishot
-// accept and recv, registered descriptors and zero-copy send, each behind a flag: `diff main.cpp advanced.cpp`.
+// reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait_timeout() per
+// loop turn submits everything the last turn queued and sleeps until something completes or the earliest deadline
+// is due: one system call per batch, not per call. This is the plain version. advanced.cpp, next to it, adds
+// SQPOLL, DEFER_TASKRUN, multishot accept and recv, registered descriptors and zero-copy send, each behind a flag
+// (its deadlines are still linked timeouts, one per recv and send: the design this file measured and left).
 //
-// Needs:  Linux 5.7 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
+// Needs:  Linux 5.11 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp -luring
 // Run:    ./run_server            (one loop per core; --root DIR serves files; --help lists the flags)
@@ -15,10 +16,11 @@
 #include <liburing.h>
 #include <poll.h>
 
-#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,13 +32,16 @@
 #include "../common/net.hpp"
 #include "../common/options.hpp"
 #include "../common/response.hpp"
+#include "../common/timers.hpp"
 #include "../common/uring.hpp"
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr unsigned kRingEntries = 1024;  // SQ slots: get_sqe() submits when they are all taken
-// CQ slots: a turn brings up to two CQEs per busy connection (an op and its linked timeout), so 8192 (128 KiB) hold
-// 4,000 of them, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
+// CQ slots: a connection has one operation in flight (two while it is cancelled), so 8192 (128 KiB) hold a turn of
+// 4,000 connections, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
 constexpr unsigned kCqEntries = 8 * kRingEntries;
 constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
@@ -53,8 +58,8 @@ constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed
 // Ops that belong to no connection (accept, stop, ...) leave the two low fields 0. A slot's generation goes up each
 // time the slot is reused, so a completion naming an older generation is for a connection that is gone.
 enum class Op : std::uint8_t {
-  kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel,          // the loop's and the listener's
-  kRecv, kDeadline, kTimer, kSend, kWritable,                             // a connection's
+  kNone, kAccept, kBackoff, kListenReady, kStop, kGrace, kCancel,  // the loop's and the listener's
+  kRecv, kTimer, kSend, kWritable,                                 // a connection's
 };
 
 constexpr std::uint32_t kGenerationMask = 0xFFFFFF;
@@ -63,11 +68,7 @@ constexpr std::uint64_t encode(Op op, std::uint32_t generation = 0, std::uint32_
   return std::uint64_t(op) << 56 | std::uint64_t(generation & kGenerationMask) << 32 | slot;
 }
 
-struct Tag {
-  Op op;
-  std::uint32_t generation;
-  std::uint32_t slot;
-};
+struct Tag { Op op; std::uint32_t generation; std::uint32_t slot; };
 
 constexpr Tag decode(std::uint64_t data) {
   return {static_cast<Op>(data >> 56), static_cast<std::uint32_t>(data >> 32) & kGenerationMask,
@@ -76,31 +77,31 @@ constexpr Tag decode(std::uint64_t data) {
 // [/excerpt:user-data]
 
 // [excerpt:connection]
-// One connection's life. Each state has one operation (chain) in flight, whose completion moves it on:
+// One connection's life. Each state has one operation in flight, whose completion moves it on; the deadlines are
+// not operations but entries in the loop's heap (see on_deadline), which cancel that operation when they pass:
 //
 //      accept
 //        |
-//        v      recv + linked request deadline
-//     READING ------------- EOF, error, a stop ------------------------------------------------+
-//        |  \______________ the request deadline passed (-ECANCELED) ------------------ reset --+
-//        | bytes arrived                                                                       |
-//        v                                                                                     |
-//   +--> parse the buffer --- incomplete ---> READING                                          |
-//   |    |       |                                                                             |
-//   |    |       +--- malformed ---> SENDING refuse(4xx), then LINGERING                       |
-//   |    | a whole request                                                                     |
-//   |    v                                                                                     |
-//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                         |
-//   |    | -ETIME: it fired; out = respond(request)                                            |
-//   |    v                                                                                     |
-//   |  SENDING   the head, then the file (see send_more) ---- error, idle timeout ---- reset --+
-//   |    | all sent, keep-alive:      | all sent, not keep-alive (or a stop):                  |
-//   +----+ a new request deadline     v shutdown(SHUT_WR)                                      |
-//                                  LINGERING   recv + linked lingering deadline, the bytes     |
-//                                     |        thrown away (see linger)                        |
-//                                     +------- EOF, error, the deadline, kLingerMaxBytes ------+
-//                                                                                              v
-//                                                      once in_flight == 0: ::close(fd) <-- CLOSING
+//        v
+//     READING   recv -------------- EOF, error, a stop --------------------------------------------+
+//        |  \______________________ the request deadline passed: cancel the recv --------- reset --+
+//        | bytes arrived                                                                           |
+//        v                                                                                         |
+//   +--> parse the buffer --- incomplete ---> READING                                              |
+//   |    |       |                                                                                 |
+//   |    |       +--- malformed ---> SENDING refuse(4xx), then LINGERING                           |
+//   |    | a whole request                                                                         |
+//   |    v                                                                                         |
+//   |  WAITING   IORING_OP_TIMEOUT: the simulated handler (--delay-us)                             |
+//   |    | -ETIME: it fired; out = respond(request)                                                |
+//   |    v                                                                                         |
+//   |  SENDING   the head, then the file (see send_more) --- error; stalled too long ----- reset --+
+//   |    | all sent, keep-alive:      | all sent, not keep-alive (or a stop):                      |
+//   +----+ a new request deadline     v shutdown(SHUT_WR)                                          |
+//                                  LINGERING   recv, the bytes thrown away (see linger)            |
+//                                     +------- EOF, error, its deadline, kLingerMaxBytes ----------+
+//                                                                                                  v
+//                                                          once in_flight == 0: ::close(fd) <-- CLOSING
 //                         (a reset sets SO_LINGER {1, 0} first), slot freed, generation + 1
 //
 // A stop: READING connections close at once, the others go on, and what is still open after kStopGrace is reset
@@ -112,9 +113,8 @@ constexpr Tag decode(std::uint64_t data) {
 // A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
 // finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
 //
-// We close with a plain ::close(fd), not IORING_OP_CLOSE: by the rule above nothing of the connection is in
-// flight any more, and closing a socket does not block (the FIN goes out in the background). IORING_OP_CLOSE
-// would save that system call but add one more completion to wait for before the slot could be reused.
+// We close with a plain ::close(fd), not IORING_OP_CLOSE: by then nothing of the connection is in flight, closing a
+// socket does not block, and IORING_OP_CLOSE would add one more completion to wait for before the slot is reused.
 enum class State { kFree, kReading, kWaiting, kSending, kLingering, kClosing };
 
 // How close_conn() ends a connection: a plain close (FIN), or a reset (RST) for one that timed out, whose send
@@ -126,11 +126,11 @@ struct Conn {
   std::uint32_t generation = 0;  // bumped when the slot is freed
   int fd = -1;
   State state = State::kFree;
-  Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop cancels
+  Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop or a deadline cancels
   int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
   std::string in;     // bytes received and not yet answered; may hold several pipelined requests
   std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
-  __kernel_timespec deadline{};        // READING, LINGERING: when to stop waiting for input (absolute; arm_recv)
+  Clock::time_point since;             // READING: when the wait for this request began; SENDING: the last progress
   http::Request request;               // WAITING: the request the timer runs for
   std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
   Outgoing out;                        // SENDING: the response (common/response.hpp)
@@ -139,57 +139,383 @@ struct Conn {
 };
 // [/excerpt:connection]
 
+// An entry of the deadline heap (see on_deadline): kIdle, one per connection from its accept on; kLinger, one more
+// from when it starts LINGERING. It names its connection by slot and generation, as user_data does.
+struct Timer { enum Kind { kIdle, kLinger } kind; std::uint32_t slot; std::uint32_t generation; };
+
 // One event loop: a ring, a listener, and the connections it accepted. Used by one thread only.
 class Loop {
  public:
   // Creating the ring is also the probe: the first Loop fails with one sentence if io_uring cannot be used.
+  // COOP_TASKRUN (5.19): the client's bytes arrive on another CPU, and the recv waiting for them is finished in this
+  // thread ("task work"). By default the kernel interrupts the thread for it at once, with an inter-processor
+  // interrupt; with the flag the work waits until the thread next enters the kernel, as the loop does every turn.
+  // Under keep-alive load on a 2-vCPU VM, that saved a fifth of the loop's CPU per request (docs/06).
   explicit Loop(const Options& opts)
-      : opts_(opts), delay_(to_kernel_timespec(opts.delay)), idle_(to_kernel_timespec(opts.idle_timeout)),
-        grace_(to_kernel_timespec(kStopGrace)), backoff_(to_kernel_timespec(kAcceptBackoff)) {
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = kCqEntries;
-    int r = io_uring_queue_init_params(kRingEntries, &ring_, &params);
-    if (r == -EINVAL)  // IORING_SETUP_CQSIZE came in 5.5
-      fail_startup("io_uring is unavailable: this kernel is older than 5.7 (it refused IORING_SETUP_CQSIZE)");
+      : opts_(opts), delay_(to_kernel_timespec(opts.delay)), grace_(to_kernel_timespec(kStopGrace)),
+        backoff_(to_kernel_timespec(kAcceptBackoff)) {
+    io_uring_params params;
+    auto create = [&](unsigned flags) {
+      params = io_uring_params{};
+      params.flags = IORING_SETUP_CQSIZE | flags;
+      params.cq_entries = kCqEntries;
+      return io_uring_queue_init_params(kRingEntries, &ring_, &params);
+    };
+    int r = create(IORING_SETUP_COOP_TASKRUN);
+    if (r == -EINVAL) r = create(0);  // older than 5.19: without the flag, interrupted
+    if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.11 (it refused CQSIZE)");
     if (r < 0) fail_startup(unavailable(-r));
-    // Without FAST_POLL (5.7) every recv would park a kernel worker thread instead of waiting on the socket.
-    if (!(params.features & IORING_FEAT_FAST_POLL))
-      fail_startup("io_uring is unavailable: this kernel is older than 5.7 (no IORING_FEAT_FAST_POLL)");
+    // FAST_POLL (5.7): without it every recv would park a kernel worker thread instead of waiting on the socket.
+    // EXT_ARG (5.11): the wait with a timeout in run(), for which liburing would otherwise queue an SQE each time.
+    if (!(params.features & IORING_FEAT_FAST_POLL) || !(params.features & IORING_FEAT_EXT_ARG))
+      fail_startup("io_uring is unavailable: this kernel is older than 5.11 (no IORING_FEAT_FAST_POLL or EXT_ARG)");
   }
   ~Loop() { io_uring_queue_exit(&ring_); }
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
 
-  void run(Fd listener);
+  // [excerpt:loop-turn]
+  void run(Fd listener) {
+    listener_ = std::move(listener);
+    arm_accept();
+    // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_poll_add(sqe, stop_fd(), POLLIN);
+    tag(sqe, Op::kStop);
+
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      while (std::optional<Timer> t = timers_.pop_due(now)) on_deadline(*t, now);
+      if (stopping_ && listen_op_ == Op::kNone && live_ == 0) break;
+      // Submit, then sleep until a CQE comes or the earliest deadline is due (EXT_ARG: like epoll_pwait2's timeout
+      // in 05). -ETIME (the timeout) and -EINTR (a signal) are fine.
+      std::optional<std::chrono::nanoseconds> wait = timers_.time_to_next(now);
+      __kernel_timespec timeout = to_kernel_timespec(wait.value_or(std::chrono::nanoseconds(0)));
+      io_uring_cqe* first;  // unused: reap() takes them all
+      io_uring_submit_and_wait_timeout(&ring_, &first, 1, wait ? &timeout : nullptr, nullptr);
+      reap();
+      for (std::size_t i = 0; i < batch_.size(); ++i) {  // (get_sqe may reap more during the turn: they come last)
+        const Completion c = batch_[i];                  // a copy: the vector may grow under the handler
+        dispatch(c.user_data, c.res);
+      }
+      batch_.clear();
+    }
+    // Left in the ring: the grace timer and some cancel results, which point at nothing of ours. ~Loop() ends them.
+  }
 
  private:
-  io_uring_sqe* get_sqe(unsigned count = 1);
-  void reap();
-  void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr);
-  void tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags = 0);
-  void dispatch(std::uint64_t user_data, int res);
-  void arm_accept();
-  void arm_listen_wait(Op op);
-  void on_accept(int res);
-  void on_stop();
-  void open_conn(int fd);
-  void process(Conn& c);
-  void arm_recv(Conn& c);
-  void answer(Conn& c);
-  void send_more(Conn& c);
-  void on_sent(Conn& c, Op op, int res);
-  void response_sent(Conn& c);
-  void linger(Conn& c);
-  void discard(Conn& c, int res);
-  void cancel_and_close(Conn& c, End end = End::kClose);
-  void close_conn(Conn& c, End end = End::kClose);
-  void release(Conn& c);
+  // Copies the CQEs out and hands their slots back before any is handled: the handlers queue new work, whose CQEs
+  // need free slots.
+  void reap() {
+    std::size_t before = batch_.size();
+    unsigned head;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring_, head, cqe) batch_.push_back({cqe->user_data, cqe->res});
+    io_uring_cq_advance(&ring_, static_cast<unsigned>(batch_.size() - before));
+  }
+
+  void dispatch(std::uint64_t user_data, int res) {
+    Tag t = decode(user_data);
+    switch (t.op) {
+      case Op::kAccept: return on_accept(res);
+      case Op::kBackoff:      // the pause after a failed accept is over (or the stop cancelled it)
+      case Op::kListenReady:  // the listener has a pending connection (or the stop cancelled the poll)
+        listen_op_ = Op::kNone;
+        if (stopping_) return listener_.reset();
+        return t.op == Op::kBackoff ? arm_listen_wait(Op::kListenReady) : arm_accept();
+      case Op::kStop: return on_stop();
+      case Op::kGrace:  // kStopGrace is over: whatever is still waiting, sending or lingering is reset now
+        for (auto& c : conns_)
+          if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c, End::kReset);
+        return;
+      case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
+      default: break;
+    }
+    if (t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation) return;  // stale: see user_data
+    Conn& c = *conns_[t.slot];
+    --c.in_flight;
+    if (c.state == State::kClosing) {  // a stop or a deadline cancelled the op (-ECANCELED), or it ended first
+      if (c.in_flight == 0) release(c);
+      return;
+    }
+    switch (t.op) {
+      case Op::kRecv:
+        if (c.state == State::kLingering) return discard(c, res);
+        if (res <= 0) return close_conn(c);  // 0: EOF; <0: the client reset the connection, ...
+        c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
+        return process(c);
+      case Op::kTimer:  // -ETIME is the normal end of a timeout; -ECANCELED means the stop grace ran out
+        return res == -ETIME ? answer(c) : close_conn(c);
+      default: return on_sent(c, t.op, res);
+    }
+  }
+  // [/excerpt:loop-turn]
+
+  // [excerpt:get-sqe]
+  // A free SQE. When the submission queue is full we submit what is queued to make room, rather than dereference the
+  // NULL that io_uring_get_sqe() returns. -EBUSY (5.x kernels): CQEs overflowed the CQ, and the kernel takes no SQE
+  // until we reap. reap() moves them to batch_, which run() dispatches after the handler that called us returns.
+  io_uring_sqe* get_sqe() {
+    while (io_uring_sq_space_left(&ring_) == 0)
+      if (io_uring_submit(&ring_) == -EBUSY) reap();  // other errors (-EINTR, -EAGAIN) are transient: retry
+    return io_uring_get_sqe(&ring_);
+  }
+
+  // Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
+  void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
+    io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
+    if (!c) return;
+    ++c->in_flight;
+    c->op = op;
+  }
+  // [/excerpt:get-sqe]
+
+  // [excerpt:deadlines]
+  // The deadlines are kept in user space, as in 05: one heap per loop, whose earliest entry is the timeout of the
+  // loop's wait (run). That timeout takes no SQE and brings no CQE, and an earlier deadline needs nothing moved, as
+  // one IORING_OP_TIMEOUT for the earliest would (IORING_TIMEOUT_UPDATE). An IORING_OP_LINK_TIMEOUT on every recv
+  // and send (this program's first design) arms and cancels a kernel timer, and brings a second CQE, per operation:
+  // 12 % of the loop's CPU under keep-alive load (docs/06).
+  // One kIdle entry per connection, never later than its deadline: a request or a send that moves the deadline only
+  // stores `since`, and the entry, when due, looks at the real deadline: before it, it waits again until then; past
+  // it, it cancels the connection's one operation (IORING_OP_ASYNC_CANCEL) and resets the connection. READING's
+  // deadline counts from when the wait for the request began, however often bytes come, so a client that dribbles
+  // its head a byte at a time (slowloris) is reset --idle-timeout after. SENDING's counts from the last progress,
+  // WAITING has none, and LINGERING's is Lingering::deadline(), usually sooner: linger() adds a kLinger entry for it.
+  void on_deadline(const Timer& t, Clock::time_point now) {
+    Conn& c = *conns_[t.slot];
+    if (c.generation != t.generation || c.state == State::kClosing) return;  // its connection is gone or ending
+    if (c.state == State::kLingering) {
+      if (t.kind != Timer::kLinger) return;  // the kIdle entry retires
+      if (c.lingering.deadline() <= now) return cancel_and_close(c);  // a plain close: the response had its time
+      return timers_.add(c.lingering.deadline(), t);                   // input came and moved it
+    }
+    Clock::time_point deadline = (c.state == State::kWaiting ? now : c.since) + opts_.idle_timeout;
+    if (deadline <= now) return cancel_and_close(c, End::kReset);
+    timers_.add(deadline, t);
+  }
+  // [/excerpt:deadlines]
+
+  // [excerpt:accept]
+  // Accepted sockets are non-blocking for sendfile()'s sake (see send_more): io_uring's recv, send and poll wait for
+  // readiness themselves whatever the flag. So is the listener: recent kernels ignore that for IORING_OP_ACCEPT and
+  // wait (checked on 6.18); some 5.x kernels completed it with -EAGAIN at once, which takes the error path: no spin.
+  void arm_accept() {
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    tag(sqe, Op::kAccept);
+    listen_op_ = Op::kAccept;
+  }
+
+  // After a failed accept the listener waits twice before the next one:
+  //
+  //   ACCEPT --error--> (EMFILE: shed_pending_connection) --> BACKOFF: 10 ms timeout --> READY: poll --> ACCEPT
+  //
+  // READY waits for a pending client: at the descriptor limit the kernel fails an accept at once, before it looks
+  // for a client, so re-arming the accept straight away would spin. BACKOFF covers a client we can neither take nor
+  // shed: the shed frees its spare descriptor for a moment, another loop's accept can take it, and the spare is lost
+  // (seen with 2 loops and 64 descriptors); READY would then fire at once, forever.
+  void arm_listen_wait(Op op) {
+    io_uring_sqe* sqe = get_sqe();
+    if (op == Op::kBackoff)
+      io_uring_prep_timeout(sqe, &backoff_, 0, 0);
+    else
+      io_uring_prep_poll_add(sqe, listener_.get(), POLLIN);
+    tag(sqe, op);
+    listen_op_ = op;
+  }
+
+  void on_accept(int res) {
+    listen_op_ = Op::kNone;
+    if (res >= 0 && stopping_) ::close(res);  // it slipped in before the cancel: we no longer take connections
+    if (res >= 0 && !stopping_) open_conn(res);
+    if (res == -EMFILE || res == -ENFILE) shed_pending_connection(listener_.get());  // common/net.hpp's policy
+    if (stopping_) return listener_.reset();  // nothing references the listener any more: close it
+    if (res >= 0) return arm_accept();
+    arm_listen_wait(Op::kBackoff);  // any error (EMFILE, ECONNABORTED, ...): try again, never exit
+  }
+  // [/excerpt:accept]
+
+  // [excerpt:stop]
+  // Stop: no more accepts, idle (READING) connections close now, WAITING and SENDING ones finish their response and
+  // linger, LINGERING ones go on, and after kStopGrace whatever is left is reset. run() returns once all are closed.
+  void on_stop() {
+    stopping_ = true;
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_cancel64(sqe, encode(listen_op_), 0);  // its CQE (-ECANCELED) then closes the listener
+    tag(sqe, Op::kCancel);
+    for (auto& c : conns_)
+      if (c->state == State::kReading) cancel_and_close(*c);
+    sqe = get_sqe();
+    io_uring_prep_timeout(sqe, &grace_, 0, 0);
+    tag(sqe, Op::kGrace);
+  }
+
+  // Cancels the connection's one operation; its CQE then finds it CLOSING and releases it.
+  void cancel_and_close(Conn& c, End end = End::kClose) {
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
+    tag(sqe, Op::kCancel);
+    close_conn(c, end);
+  }
+  // [/excerpt:stop]
+
+  void open_conn(int fd) {
+    if (free_.empty()) {
+      conns_.push_back(std::make_unique<Conn>());
+      conns_.back()->slot = static_cast<std::uint32_t>(conns_.size() - 1);
+      free_.push_back(conns_.back()->slot);
+    }
+    Conn& c = *conns_[free_.back()];
+    free_.pop_back();
+    c.fd = fd;
+    c.since = Clock::now();  // the first request must be complete --idle-timeout from now
+    ++live_;
+    timers_.add(c.since + opts_.idle_timeout, Timer{Timer::kIdle, c.slot, c.generation});
+    // Closed connections leave their entries behind until they come due; drop them once they outnumber the rest.
+    timers_.prune_over(2 * live_ + 64, [this](const Timer& t) { return conns_[t.slot]->generation != t.generation; });
+    arm_recv(c);
+  }
+
+  // [excerpt:protocol]
+  // The connection protocol: answer what is buffered; read more only when it holds no whole request.
+  void process(Conn& c) {
+    http::Parse p = http::parse_request(c.in);
+    if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
+    if (p.status == http::Parse::kError) {
+      c.out = refuse(p.error);
+      return send_more(c);
+    }
+    c.request = std::move(p.request);
+    c.request_length = p.length;
+    if (handler_needs_timer(opts_)) {
+      c.state = State::kWaiting;
+      io_uring_sqe* sqe = get_sqe();
+      io_uring_prep_timeout(sqe, &delay_, 0, 0);  // relative, fires once
+      tag(sqe, Op::kTimer, &c);
+      return;
+    }
+    run_handler_here(opts_);  // --handler sleep or spin (or --delay-us 0): the whole loop waits, on purpose
+    answer(c);
+  }
+
+  // A recv into `chunk`, with no timeout of its own: the deadline is the heap's (on_deadline). READING leaves
+  // `since` alone, so the deadline stays where the wait for the request began.
+  void arm_recv(Conn& c) {
+    if (c.state != State::kLingering) c.state = State::kReading;
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
+    tag(sqe, Op::kRecv, &c);
+  }
+
+  // The handler is done: build the response and send it. A marked shortcut: with --root, respond() opens the file
+  // with a synchronous openat2() in the loop thread (quick from the dentry cache, but a cold disk stalls every
+  // connection of this loop); IORING_OP_OPENAT2 and IORING_OP_STATX would make that asynchronous too.
+  void answer(Conn& c) {
+    c.out = respond(opts_, c.request);
+    send_more(c);
+  }
+  // [/excerpt:protocol]
+
+  // [excerpt:send-file]
+  // SENDING: the head from memory through the ring, then the file with sendfile(), called from the loop itself:
+  //
+  //     send head ---- short send: send the rest
+  //       | all sent
+  //       v
+  //   +-> sendfile() from `offset`, on the non-blocking socket: takes what fits now --- 0 (the file shrank),
+  //   |     | the socket is full (EAGAIN)                   all sent: the response     error ---> CLOSING
+  //   |     v                                             is sent: close, or wait
+  //   |   poll POLLOUT ----------------------------------- no room for --idle-timeout (on_deadline) ---> CLOSING
+  //   +-----+ room again
+  //
+  // Why not through the ring: io_uring has no sendfile, and IORING_OP_SPLICE (file -> pipe -> socket) always runs in
+  // a kernel worker thread (io-wq): about one context switch and half as much CPU again per request (docs/06,
+  // "Serving files"). sendfile() on a socket that never blocks costs one system call per burst and copies nothing
+  // into user space, as in 05 and nginx. What it gives up: a page-cache miss makes it wait for the disk in the loop
+  // thread, stalling this loop's other connections (nginx has `aio threads` for that), like the openat2() in answer().
+  void send_more(Conn& c) {
+    c.state = State::kSending;
+    Outgoing& out = c.out;
+    if (out.head_sent < out.head.size()) {
+      io_uring_sqe* sqe = get_sqe();
+      int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
+      io_uring_prep_send(sqe, c.fd, out.head.data() + out.head_sent, out.head.size() - out.head_sent,
+                         MSG_NOSIGNAL | more);
+      tag(sqe, Op::kSend, &c);
+    } else {
+      switch (send_some(c.fd, out)) {  // common/response.hpp: the file (nothing when the response is all head)
+        case SendProgress::kDone: return response_sent(c);
+        case SendProgress::kFailed: return close_conn(c, End::kReset);  // the client must not take a part for all
+        case SendProgress::kBlocked: break;
+      }
+      io_uring_sqe* sqe = get_sqe();
+      io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
+      tag(sqe, Op::kWritable, &c);
+    }
+    c.since = Clock::now();  // progress, or the start: the reader has --idle-timeout from now to take more
+  }
+
+  // kSend: part of the head is out. kWritable: the socket has room again. Anything else (a reset, EPIPE) ends the
+  // connection with a reset: its response cannot be completed.
+  void on_sent(Conn& c, Op op, int res) {
+    if (res <= 0) return close_conn(c, End::kReset);
+    if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
+    send_more(c);
+  }
+
+  // The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
+  void response_sent(Conn& c) {
+    if (!c.out.keep_alive || stopping_) return linger(c);
+    c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
+    c.since = Clock::now();
+    process(c);
+  }
+  // [/excerpt:send-file]
+
+  // [excerpt:lingering]
+  // The graceful end of a connection we do not keep (common/closing.hpp): our FIN goes out behind the response, and
+  // LINGERING reads and throws away what comes until the client's EOF or a bound, so that unread client bytes never
+  // turn the close into an RST that destroys the response. shutdown() is a plain system call: it never blocks, its
+  // answer decides the next state now, and IORING_OP_SHUTDOWN would run in a kernel worker thread (io-wq; on 6.18).
+  void linger(Conn& c) {
+    if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
+    c.state = State::kLingering;
+    c.lingering = Lingering(Clock::now());
+    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
+    arm_recv(c);  // into `chunk`, which nothing reads any more
+  }
+
+  // LINGERING: a recv completed. EOF, an error or kLingerMaxBytes: a plain close (the deadline: see on_deadline).
+  void discard(Conn& c, int res) {
+    if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Clock::now())) return arm_recv(c);
+    close_conn(c);
+  }
+  // [/excerpt:lingering]
+
+  void close_conn(Conn& c, End end = End::kClose) {
+    c.state = State::kClosing;
+    c.reset = end == End::kReset;
+    if (c.in_flight == 0) release(c);  // otherwise the last CQE of the connection releases it (see dispatch)
+  }
+
+  void release(Conn& c) {
+    if (c.reset) reset_connection(c.fd);  // SO_LINGER {1, 0}: the close sends an RST
+    ::close(c.fd);  // the one close path: by the ownership rule no operation can still use this fd
+    c.fd = -1;
+    c.reset = false;
+    c.state = State::kFree;
+    c.generation = (c.generation + 1) & kGenerationMask;  // its heap entries and late CQEs are now stale
+    c.in.clear();
+    c.out = Outgoing();  // closes the file of a response cut short
+    free_.push_back(c.slot);
+    --live_;
+  }
 
   const Options& opts_;
   // The kernel reads a timespec when it takes the SQE (with SQPOLL: at any time before the CQE), so these live in
   // the Loop, which outlives every operation; one copy serves every connection, as the values are the same.
-  __kernel_timespec delay_, idle_, grace_, backoff_;
+  __kernel_timespec delay_, grace_, backoff_;
   io_uring ring_{};
   Fd listener_;
   Op listen_op_ = Op::kNone;  // the one operation in flight for the listener: kAccept, kBackoff or kListenReady
@@ -197,336 +523,10 @@ class Loop {
   std::vector<std::unique_ptr<Conn>> conns_;  // the slot table: index = slot
   std::vector<std::uint32_t> free_;           // free slots, reused last-in first-out
   std::size_t live_ = 0;                      // slots in use
-  struct Completion {
-    std::uint64_t user_data;
-    int res;
-  };
+  TimerQueue<Timer> timers_;                  // the connections' deadlines (see on_deadline)
+  struct Completion { std::uint64_t user_data; int res; };
   std::vector<Completion> batch_;  // CQEs reaped and not yet dispatched (see run and get_sqe)
 };
-
-// [excerpt:get-sqe]
-// A free SQE, for `count` entries queued back to back. When the submission queue is full we submit what is queued
-// to make room, rather than dereference the NULL that io_uring_get_sqe() returns. `count` keeps a linked pair (an
-// op and its deadline) in one submission: split across two, the link would end at the first entry.
-// -EBUSY (5.x kernels): CQEs overflowed the CQ, and the kernel takes no SQE until we reap. reap() moves them to
-// batch_, which run() dispatches once the handler that called us returns: never in the middle of a handler.
-io_uring_sqe* Loop::get_sqe(unsigned count) {
-  while (io_uring_sq_space_left(&ring_) < count)
-    if (io_uring_submit(&ring_) == -EBUSY) reap();  // other errors (-EINTR, -EAGAIN) are transient: retry
-  return io_uring_get_sqe(&ring_);
-}
-
-// Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
-void Loop::tag(io_uring_sqe* sqe, Op op, Conn* c) {
-  io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
-  if (!c) return;
-  ++c->in_flight;
-  if (op != Op::kDeadline) c->op = op;
-}
-// [/excerpt:get-sqe]
-
-// Tags `sqe` (from get_sqe(2)) and links a timeout to it: if `sqe` has not completed by `when`, the kernel cancels
-// it (-ECANCELED). The kernel reads `when` as it takes the SQE, so `when` lives in the Conn or the Loop.
-void Loop::tag_with_timeout(io_uring_sqe* sqe, Op op, Conn& c, __kernel_timespec& when, unsigned flags) {
-  sqe->flags |= IOSQE_IO_LINK;
-  tag(sqe, op, &c);
-  io_uring_sqe* timeout = get_sqe();
-  io_uring_prep_link_timeout(timeout, &when, flags);
-  tag(timeout, Op::kDeadline, &c);
-}
-
-// [excerpt:loop-turn]
-void Loop::run(Fd listener) {
-  listener_ = std::move(listener);
-  arm_accept();
-  // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_poll_add(sqe, stop_fd(), POLLIN);
-  tag(sqe, Op::kStop);
-
-  while (!(stopping_ && listen_op_ == Op::kNone && live_ == 0)) {
-    io_uring_submit_and_wait(&ring_, 1);  // -EINTR (a signal) is fine: the stop poll will report it
-    reap();
-    for (std::size_t i = 0; i < batch_.size(); ++i) {  // (get_sqe may reap more during the turn: they come last)
-      const Completion c = batch_[i];                  // a copy: the vector may grow under the handler
-      dispatch(c.user_data, c.res);
-    }
-    batch_.clear();
-  }
-  // Left in the ring: the grace timer and some cancel results, which point at nothing of ours. ~Loop() ends them.
-}
-
-// Copies the CQEs out and hands their slots back before any is handled: the handlers queue new work, whose CQEs
-// need free slots.
-void Loop::reap() {
-  std::size_t before = batch_.size();
-  unsigned head;
-  io_uring_cqe* cqe;
-  io_uring_for_each_cqe(&ring_, head, cqe) batch_.push_back({cqe->user_data, cqe->res});
-  io_uring_cq_advance(&ring_, static_cast<unsigned>(batch_.size() - before));
-}
-
-void Loop::dispatch(std::uint64_t user_data, int res) {
-  Tag t = decode(user_data);
-  switch (t.op) {
-    case Op::kAccept: return on_accept(res);
-    case Op::kBackoff:      // the pause after a failed accept is over (or the stop cancelled it)
-    case Op::kListenReady:  // the listener has a pending connection (or the stop cancelled the poll)
-      listen_op_ = Op::kNone;
-      if (stopping_) return listener_.reset();
-      return t.op == Op::kBackoff ? arm_listen_wait(Op::kListenReady) : arm_accept();
-    case Op::kStop: return on_stop();
-    case Op::kGrace:  // kStopGrace is over: whatever is still waiting, sending or lingering is reset now
-      for (auto& c : conns_)
-        if (c->state != State::kFree && c->state != State::kClosing) cancel_and_close(*c, End::kReset);
-      return;
-    case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
-    default: break;
-  }
-  if (t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation) return;  // stale: see user_data
-  Conn& c = *conns_[t.slot];
-  --c.in_flight;
-  if (c.state == State::kClosing) {
-    if (c.in_flight == 0) release(c);
-    return;
-  }
-  switch (t.op) {
-    case Op::kRecv:
-      if (c.state == State::kLingering) return discard(c, res);
-      // 0: EOF; <0: the client reset, ...; -ECANCELED: the request deadline passed, and the connection is reset
-      // (a stop's cancel also ends the recv with -ECANCELED, but finds the connection CLOSING, above).
-      if (res == -ECANCELED) return close_conn(c, End::kReset);
-      if (res <= 0) return close_conn(c);
-      c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
-      return process(c);
-    case Op::kTimer:  // -ETIME is the normal end of a timeout; -ECANCELED means the stop grace ran out
-      return res == -ETIME ? answer(c) : close_conn(c);
-    case Op::kDeadline: return;  // -ECANCELED (its op completed first) or -ETIME (its op now ends -ECANCELED)
-    default: return on_sent(c, t.op, res);
-  }
-}
-// [/excerpt:loop-turn]
-
-// [excerpt:accept]
-// Accepted sockets are non-blocking for sendfile()'s sake (see send_more): io_uring's recv, send and poll wait for
-// readiness themselves whatever the flag. The listener from listen_sockets() is O_NONBLOCK too. Recent kernels
-// ignore that for IORING_OP_ACCEPT and wait (checked on 6.18); some 5.x kernels completed the accept with -EAGAIN
-// at once, which takes the error path below: no spin either.
-void Loop::arm_accept() {
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  tag(sqe, Op::kAccept);
-  listen_op_ = Op::kAccept;
-}
-
-// After a failed accept the listener waits twice before the next one:
-//
-//   ACCEPT --error--> (EMFILE: shed_pending_connection) --> BACKOFF: 10 ms timeout --> READY: poll --> ACCEPT
-//
-// READY waits for a pending client: at the descriptor limit the kernel fails an accept at once, before it looks
-// for a client, so re-arming the accept straight away would spin. BACKOFF covers a client we can neither take nor
-// shed: the shed frees its spare descriptor for a moment, another loop's accept can take it, and the spare is lost
-// (seen with 2 loops and 64 descriptors); READY would then fire at once, forever.
-void Loop::arm_listen_wait(Op op) {
-  io_uring_sqe* sqe = get_sqe();
-  if (op == Op::kBackoff)
-    io_uring_prep_timeout(sqe, &backoff_, 0, 0);
-  else
-    io_uring_prep_poll_add(sqe, listener_.get(), POLLIN);
-  tag(sqe, op);
-  listen_op_ = op;
-}
-
-void Loop::on_accept(int res) {
-  listen_op_ = Op::kNone;
-  if (res >= 0 && stopping_) ::close(res);  // it slipped in before the cancel: we no longer take connections
-  if (res >= 0 && !stopping_) open_conn(res);
-  if (res == -EMFILE || res == -ENFILE) shed_pending_connection(listener_.get());  // common/net.hpp's policy
-  if (stopping_) return listener_.reset();  // nothing references the listener any more: close it
-  if (res >= 0) return arm_accept();
-  arm_listen_wait(Op::kBackoff);  // any error (EMFILE, ECONNABORTED, ...): try again, never exit
-}
-// [/excerpt:accept]
-
-// [excerpt:stop]
-// Stop: no more accepts, idle (READING) connections close now, WAITING and SENDING ones finish their response and
-// linger, LINGERING ones go on, and after kStopGrace whatever is left is reset. run() returns once all are closed.
-void Loop::on_stop() {
-  stopping_ = true;
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_cancel64(sqe, encode(listen_op_), 0);  // its CQE (-ECANCELED) then closes the listener
-  tag(sqe, Op::kCancel);
-  for (auto& c : conns_)
-    if (c->state == State::kReading) cancel_and_close(*c);
-  sqe = get_sqe();
-  io_uring_prep_timeout(sqe, &grace_, 0, 0);
-  tag(sqe, Op::kGrace);
-}
-
-// Cancels the connection's one operation; its CQE (and its timeout's) then find it CLOSING and release it.
-void Loop::cancel_and_close(Conn& c, End end) {
-  io_uring_sqe* sqe = get_sqe();
-  io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
-  tag(sqe, Op::kCancel);
-  close_conn(c, end);
-}
-// [/excerpt:stop]
-
-void Loop::open_conn(int fd) {
-  if (free_.empty()) {
-    conns_.push_back(std::make_unique<Conn>());
-    conns_.back()->slot = static_cast<std::uint32_t>(conns_.size() - 1);
-    free_.push_back(conns_.back()->slot);
-  }
-  Conn& c = *conns_[free_.back()];
-  free_.pop_back();
-  c.fd = fd;
-  c.deadline = monotonic_in(opts_.idle_timeout);  // the first request must be complete by then
-  ++live_;
-  arm_recv(c);
-}
-
-// [excerpt:protocol]
-// The connection protocol: answer what is buffered; read more only when it holds no whole request.
-void Loop::process(Conn& c) {
-  http::Parse p = http::parse_request(c.in);
-  if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
-  if (p.status == http::Parse::kError) {
-    c.out = refuse(p.error);
-    return send_more(c);
-  }
-  c.request = std::move(p.request);
-  c.request_length = p.length;
-  if (handler_needs_timer(opts_)) {
-    c.state = State::kWaiting;
-    io_uring_sqe* sqe = get_sqe();
-    io_uring_prep_timeout(sqe, &delay_, 0, 0);  // relative, fires once
-    tag(sqe, Op::kTimer, &c);
-    return;
-  }
-  run_handler_here(opts_);  // --handler sleep or spin (or --delay-us 0): the whole loop waits, on purpose
-  answer(c);
-}
-
-// A recv, linked to the request deadline: when it passes, the recv completes with -ECANCELED. The deadline is
-// absolute (IORING_TIMEOUT_ABS, on CLOCK_MONOTONIC) and set once per request, when we start waiting for it, so all
-// the recvs of one request share it: a client that dribbles its head a byte at a time (slowloris) is closed
-// --idle-timeout seconds after it began, however often it sends. A relative timeout would restart at every byte.
-// LINGERING reads the same way, to its own deadline, which each input moves (kLingerQuiet after the last).
-void Loop::arm_recv(Conn& c) {
-  if (c.state == State::kLingering)
-    c.deadline = to_kernel_timespec(c.lingering.deadline().time_since_epoch());  // steady_clock: CLOCK_MONOTONIC
-  else
-    c.state = State::kReading;
-  io_uring_sqe* sqe = get_sqe(2);
-  io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
-  tag_with_timeout(sqe, Op::kRecv, c, c.deadline, IORING_TIMEOUT_ABS);
-}
-
-// The handler is done: build the response and send it. A marked shortcut: with --root, respond() opens the file
-// with a synchronous openat2() in the loop thread (quick from the dentry cache, but a cold disk stalls every
-// connection of this loop); IORING_OP_OPENAT2 and IORING_OP_STATX would make that asynchronous too.
-void Loop::answer(Conn& c) {
-  c.out = respond(opts_, c.request);
-  send_more(c);
-}
-// [/excerpt:protocol]
-
-// [excerpt:send-file]
-// SENDING: the head from memory through the ring, then the file with sendfile(), called from the loop itself:
-//
-//     send head + linked idle timeout ---- short send: send the rest
-//       | all sent
-//       v
-//   +-> sendfile() from `offset`, on the non-blocking socket: takes what fits now --- 0 (the file shrank),
-//   |     | the socket is full (EAGAIN)                   all sent: the response     error ---> CLOSING
-//   |     v                                             is sent: close, or wait
-//   |   poll POLLOUT + linked idle timeout ------------- -ECANCELED (no room for --idle-timeout) ---> CLOSING
-//   +-----+ room again
-//
-// Why not through the ring: io_uring has no sendfile, and its IORING_OP_SPLICE (file -> pipe -> socket, what this
-// program did before) always runs in a kernel worker thread (io-wq), never inline. Measured on 100 KiB files, that
-// cost about one context switch and half as much CPU again per request, most of it in the workers (docs/06,
-// "Serving files", has both runs). sendfile() on a socket that never blocks costs the loop one system call per
-// burst and copies nothing into user space, as in 05 and nginx. What it gives up: a page-cache miss makes
-// sendfile() wait for the disk in the loop thread, stalling this loop's other connections, where the worker would
-// have waited alone (nginx has `aio threads` for that). Like the openat2() in answer(), a price of a short program.
-void Loop::send_more(Conn& c) {
-  c.state = State::kSending;
-  Outgoing& out = c.out;
-  if (out.head_sent < out.head.size()) {
-    io_uring_sqe* sqe = get_sqe(2);  // 2: room for a linked timeout
-    int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
-    io_uring_prep_send(sqe, c.fd, out.head.data() + out.head_sent, out.head.size() - out.head_sent,
-                       MSG_NOSIGNAL | more);
-    return tag_with_timeout(sqe, Op::kSend, c, idle_);
-  }
-  switch (send_some(c.fd, out)) {  // common/response.hpp: the file (nothing when the response is all head)
-    case SendProgress::kDone: return response_sent(c);
-    case SendProgress::kFailed: return close_conn(c, End::kReset);  // the client must not take a part for all
-    case SendProgress::kBlocked: break;
-  }
-  io_uring_sqe* sqe = get_sqe(2);
-  io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
-  tag_with_timeout(sqe, Op::kWritable, c, idle_);
-}
-
-// kSend: part of the head is out. kWritable: the socket has room again. Anything else (a reset, EPIPE, -ECANCELED
-// from the idle timeout) ends the connection with a reset: its response cannot be completed.
-void Loop::on_sent(Conn& c, Op op, int res) {
-  if (res <= 0) return close_conn(c, End::kReset);
-  if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
-  send_more(c);
-}
-
-// The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
-void Loop::response_sent(Conn& c) {
-  if (!c.out.keep_alive || stopping_) return linger(c);
-  c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
-  c.deadline = monotonic_in(opts_.idle_timeout);
-  process(c);
-}
-// [/excerpt:send-file]
-
-// [excerpt:lingering]
-// The graceful end of a connection we do not keep (common/closing.hpp). A close with client bytes unread (the rest
-// of a refused upload, a pipelined request) would send an RST, which makes the client's kernel drop the response
-// it has not read yet. So our FIN goes out behind the response, and LINGERING reads and throws away what comes,
-// until the client's EOF (it has read the response and closed) or a bound. shutdown() is a direct system call, not
-// IORING_OP_SHUTDOWN: it never blocks (it queues the FIN), its answer decides the next state now, and the ring
-// would hand it to a kernel worker thread (io-wq; seen on 6.18).
-void Loop::linger(Conn& c) {
-  if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
-  c.state = State::kLingering;
-  c.lingering = Lingering(Lingering::Clock::now());
-  arm_recv(c);  // into `chunk`, which nothing reads any more
-}
-
-// LINGERING: a recv completed. EOF, an error, the deadline (-ECANCELED) or kLingerMaxBytes: a plain close.
-void Loop::discard(Conn& c, int res) {
-  if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Lingering::Clock::now())) return arm_recv(c);
-  close_conn(c);
-}
-// [/excerpt:lingering]
-
-void Loop::close_conn(Conn& c, End end) {
-  c.state = State::kClosing;
-  c.reset = end == End::kReset;
-  if (c.in_flight == 0) release(c);  // otherwise the last CQE of the connection releases it (see dispatch)
-}
-
-void Loop::release(Conn& c) {
-  if (c.reset) reset_connection(c.fd);  // SO_LINGER {1, 0}: the close sends an RST
-  ::close(c.fd);  // the one close path: by the ownership rule no operation can still use this fd
-  c.fd = -1;
-  c.reset = false;
-  c.state = State::kFree;
-  c.generation = (c.generation + 1) & kGenerationMask;
-  c.in.clear();
-  c.out = Outgoing();  // closes the file of a response cut short
-  free_.push_back(c.slot);
-  --live_;
-}
 
 }  // namespace
 
