@@ -274,8 +274,8 @@ class Loop {
   // The deadlines are kept in user space, as in 05: one heap per loop, whose earliest entry is the timeout of the
   // loop's wait (run). That timeout takes no SQE and brings no CQE, and an earlier deadline needs nothing moved, as
   // one IORING_OP_TIMEOUT for the earliest would (IORING_TIMEOUT_UPDATE). An IORING_OP_LINK_TIMEOUT on every recv
-  // and send (this program's first design) arms and cancels a kernel timer, and brings a second CQE, per operation:
-  // 12 % of the loop's CPU under keep-alive load (docs/06).
+  // and send (advanced.cpp's way) arms and cancels a kernel timer, and brings a second CQE, per operation: a visible
+  // share of the loop's CPU under keep-alive load, in perf (docs/06, "Deadlines: in the kernel or in a heap").
   // One kIdle entry per connection, never later than its deadline: a request or a send that moves the deadline only
   // stores `since`, and the entry, when due, looks at the real deadline: before it, it waits again until then; past
   // it, it cancels the connection's one operation (IORING_OP_ASYNC_CANCEL) and resets the connection. READING's
