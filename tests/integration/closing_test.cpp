@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <string>
 #include <thread>
@@ -24,19 +23,7 @@ namespace {
 
 constexpr std::size_t kUpload = 4'000'000;
 
-class Closing : public ServerTest {
- protected:
-  ServerProcess* launch_static(std::vector<std::string> extra = {}) {
-    const StaticRoot& root = static_root();
-    if (!root.error().empty()) {
-      ADD_FAILURE() << "cannot build the folder to serve: " << root.error();
-      return nullptr;
-    }
-    std::vector<std::string> args = {"--root", root.dir(), "--delay-us", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return launch(args);
-  }
-};
+class Closing : public ServerTest {};
 
 std::string get(std::string_view target, std::string_view extra_headers = "") {
   return request("GET", target, "HTTP/1.1", extra_headers);
@@ -196,14 +183,9 @@ class ClosingMany : public ServerTest {};
 TEST_P(ClosingMany, StopAfterThousandsOfConnectionsEndAtOnce) {
   SKIP_SIGNAL_TIMING_UNDER_TSAN();
   constexpr int kClients = 6000;
-  rlimit own{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
-  ASSERT_GE(own.rlim_max, static_cast<rlim_t>(kClients + 200))
-      << "the hard RLIMIT_NOFILE of the test process is too low for " << kClients << " connections";
-  own.rlim_cur = own.rlim_max;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0) << errno_text(errno);
-  if (!launch({"--delay-us", "0", "--idle-timeout", "60", "--threads", "1"},
-              {std::min<rlim_t>(own.rlim_max, kClients + 1000)}))
+  rlim_t own = 0;
+  ASSERT_TRUE(raise_own_fd_limit(kClients + 200, own));
+  if (!launch({"--delay-us", "0", "--idle-timeout", "60", "--threads", "1"}, {std::min<rlim_t>(own, kClients + 1000)}))
     return;
   std::vector<Client> clients;
   clients.reserve(kClients);

@@ -2,7 +2,6 @@
 // connections than select() can watch, and running out of descriptors.
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,13 +144,9 @@ class ManyConnections : public ServerTest {};
 
 TEST_P(ManyConnections, MoreThanFdSetSizeConnections) {
   constexpr int kClients = 1100;
-  rlimit own{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
-  ASSERT_GE(own.rlim_max, static_cast<rlim_t>(kClients + 200))
-      << "the hard RLIMIT_NOFILE of the test process is too low for " << kClients << " connections";
-  own.rlim_cur = own.rlim_max;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0) << errno_text(errno);
-  if (!launch({"--delay-us", "0", "--idle-timeout", "60"}, {std::min<rlim_t>(own.rlim_max, 4096)})) return;
+  rlim_t own = 0;
+  ASSERT_TRUE(raise_own_fd_limit(kClients + 200, own));
+  if (!launch({"--delay-us", "0", "--idle-timeout", "60"}, {std::min<rlim_t>(own, 4096)})) return;
   const bool select_model = server_info().number == 3;
 
   std::vector<Client> clients;

@@ -69,16 +69,6 @@ struct Exchange {
 
 class StaticFiles : public ServerTest {
  protected:
-  ServerProcess* launch_static(std::vector<std::string> extra = {}) {
-    const StaticRoot& root = static_root();
-    if (!root.error().empty()) {
-      ADD_FAILURE() << "cannot build the folder to serve: " << root.error();
-      return nullptr;
-    }
-    std::vector<std::string> args = {"--root", root.dir(), "--delay-us", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return launch(args);
-  }
 
   // Sends `raw` on a new connection and reads until the server closes. `raw` should ask for Connection: close.
   Exchange exchange_once(const std::string& raw, bool head = false) {

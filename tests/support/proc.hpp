@@ -8,7 +8,9 @@
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,6 +61,20 @@ inline int wait_fd_count_at_most(pid_t pid, int limit, Deadline deadline) {
     if ((n >= 0 && n <= limit) || Clock::now() >= deadline) return n;
     std::this_thread::sleep_for(milliseconds(5));  // polling interval, not a synchronisation guess
   }
+}
+
+// Raises this test process's soft descriptor limit to its hard one, for a test that opens `needed` connections.
+// `limit` gets the new limit. Fails (with the reason) when the hard limit is lower than `needed`.
+inline ::testing::AssertionResult raise_own_fd_limit(rlim_t needed, rlim_t& limit) {
+  rlimit own{};
+  if (::getrlimit(RLIMIT_NOFILE, &own) != 0) return ::testing::AssertionFailure() << "getrlimit: " << errno_text(errno);
+  if (own.rlim_max < needed)
+    return ::testing::AssertionFailure() << "the hard RLIMIT_NOFILE of the test process (" << own.rlim_max
+                                         << ") is lower than the " << needed << " descriptors this test needs";
+  own.rlim_cur = own.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &own) != 0) return ::testing::AssertionFailure() << "setrlimit: " << errno_text(errno);
+  limit = own.rlim_max;
+  return ::testing::AssertionSuccess();
 }
 
 // Resident set size of `pid` in KiB (VmRSS in /proc/PID/status), or -1 if unreadable.

@@ -28,6 +28,7 @@
 #include "tests/support/client.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/server_process.hpp"
+#include "tests/support/static_root.hpp"
 
 #if !defined(PSP_SERVER_01) || !defined(PSP_SERVER_07) || !defined(PSP_SERVER_06_ADVANCED)
 #error "CMake defines PSP_SERVER_01 .. PSP_SERVER_07 and PSP_SERVER_06_ADVANCED as the paths of the server binaries"
@@ -220,6 +221,18 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     }
     ADD_FAILURE() << server_info().name << " did not start (" << server_->command_line() << "): " << why;
     return nullptr;
+  }
+
+  // launch() with --root: the test folder of static_root.hpp (built on first use), no handler delay, and `extra`.
+  ServerProcess* launch_static(std::vector<std::string> extra = {}) {
+    const StaticRoot& root = static_root();
+    if (!root.error().empty()) {
+      ADD_FAILURE() << "cannot build the folder to serve: " << root.error();
+      return nullptr;
+    }
+    std::vector<std::string> args = {"--root", root.dir(), "--delay-us", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return launch(args);
   }
 
   // Runs the server with its variant's flags and `args` and waits for it to exit on its own (bad flags, busy port,
