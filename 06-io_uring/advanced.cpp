@@ -3,8 +3,10 @@
 //
 // Why two programs: main.cpp is the chapter's lesson, one plain batched completion loop. The features below are what
 // public io_uring servers advertise; each changes one thing, but together they would bury that loop. So they live
-// here, in a copy of main.cpp that keeps its names and order: `diff main.cpp advanced.cpp` shows what each costs.
-// Without flags this program behaves exactly like main.cpp.
+// here, in a program that keeps main.cpp's names, states and order. Without flags it serves the same HTTP, ends
+// connections the same way (common/closing.hpp) and keeps the same deadlines, but it is not main.cpp line for
+// line: it bounds its recvs and sends with a linked timeout each (main.cpp keeps its deadlines in a heap, the
+// cheaper way: docs/06), and with --root it sends files by splice through a pipe (main.cpp: sendfile()).
 //
 //   --defer-taskrun     SINGLE_ISSUER + DEFER_TASKRUN (6.1; else COOP_TASKRUN, 5.19): the kernel finishes the
 //                       loop's operations when the loop waits for them, instead of interrupting it to do so
