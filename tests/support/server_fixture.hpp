@@ -72,7 +72,7 @@ inline const std::vector<ServerInfo>& all_servers() {
         {5, "s05_epoll", PSP_SERVER_05},           {6, "s06_io_uring", PSP_SERVER_06},
         {7, "s07_asio", PSP_SERVER_07},
     };
-    // 06-io_uring/advanced.cpp: without flags (it must behave exactly like main.cpp, so a failure of one flag's
+    // 06-io_uring/advanced.cpp: without flags (it must pass what main.cpp passes, so a failure of one flag's
     // variant can be told from a failure of the program), then each io_uring option alone, then those that combine.
     const char* adv = PSP_SERVER_06_ADVANCED;
     v.push_back(variant(6, "s06adv_plain", adv, {}));
