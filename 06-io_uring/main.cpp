@@ -4,9 +4,9 @@
 // kernel the calls themselves (accept, recv, send, poll, a timer) as submission queue entries (SQEs) and later
 // reaps one completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait_timeout() per
 // loop turn submits everything the last turn queued and sleeps until something completes or the earliest deadline
-// is due: one system call per batch, not per call. This is the plain version. advanced.cpp, next to it, adds
-// SQPOLL, DEFER_TASKRUN, multishot accept and recv, registered descriptors and zero-copy send, each behind a flag
-// (it bounds each recv and send with a linked timeout, the costlier way to keep deadlines: docs/06 measures both).
+// is due: one system call per batch, not per call. This is the plain version. advanced.cpp, next to it, is this
+// program plus SQPOLL, DEFER_TASKRUN, multishot accept and recv, registered descriptors, splice and zero-copy send,
+// each behind a flag: `diff main.cpp advanced.cpp` shows just those.
 //
 // Needs:  Linux 5.11 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
@@ -39,7 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr unsigned kRingEntries = 1024;  // SQ slots: get_sqe() submits when they are all taken
+constexpr unsigned kRingEntries = 1024;  // SQ slots: Ring::get_sqe() submits when they are all taken
 // CQ slots: a connection has one operation in flight (two while it is cancelled), so 8192 (128 KiB) hold a turn of
 // 4,000 connections, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
 constexpr unsigned kCqEntries = 8 * kRingEntries;
@@ -159,7 +159,7 @@ class Loop {
       params = io_uring_params{};
       params.flags = IORING_SETUP_CQSIZE | flags;
       params.cq_entries = kCqEntries;
-      return io_uring_queue_init_params(kRingEntries, &ring_, &params);
+      return io_uring_queue_init_params(kRingEntries, &ring_.ring, &params);
     };
     int r = create(IORING_SETUP_COOP_TASKRUN);
     if (r == -EINVAL) r = create(0);  // older than 5.19: without the flag, interrupted
@@ -170,7 +170,7 @@ class Loop {
     if (!(params.features & IORING_FEAT_FAST_POLL) || !(params.features & IORING_FEAT_EXT_ARG))
       fail_startup("io_uring is unavailable: this kernel is older than 5.11 (no IORING_FEAT_FAST_POLL or EXT_ARG)");
   }
-  ~Loop() { io_uring_queue_exit(&ring_); }
+  ~Loop() { io_uring_queue_exit(&ring_.ring); }
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
 
@@ -179,7 +179,7 @@ class Loop {
     listener_ = std::move(listener);
     arm_accept();
     // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_poll_add(sqe, stop_fd(), POLLIN);
     tag(sqe, Op::kStop);
 
@@ -192,30 +192,21 @@ class Loop {
       std::optional<std::chrono::nanoseconds> wait = timers_.time_to_next(now);
       __kernel_timespec timeout = to_kernel_timespec(wait.value_or(std::chrono::nanoseconds(0)));
       io_uring_cqe* first;  // unused: reap() takes them all
-      io_uring_submit_and_wait_timeout(&ring_, &first, 1, wait ? &timeout : nullptr, nullptr);
-      reap();
-      for (std::size_t i = 0; i < batch_.size(); ++i) {  // (get_sqe may reap more during the turn: they come last)
-        const Completion c = batch_[i];                  // a copy: the vector may grow under the handler
-        dispatch(c.user_data, c.res);
+      io_uring_submit_and_wait_timeout(&ring_.ring, &first, 1, wait ? &timeout : nullptr, nullptr);
+      ring_.reap();
+      for (std::size_t i = 0; i < ring_.batch.size(); ++i) {  // (get_sqe may reap more in the turn: they come last)
+        const Completion done = ring_.batch[i];               // a copy: the vector may grow under the handler
+        dispatch(done);
       }
-      batch_.clear();
+      ring_.batch.clear();
     }
     // Left in the ring: the grace timer and some cancel results, which point at nothing of ours. ~Loop() ends them.
   }
 
  private:
-  // Copies the CQEs out and hands their slots back before any is handled: the handlers queue new work, whose CQEs
-  // need free slots.
-  void reap() {
-    std::size_t before = batch_.size();
-    unsigned head;
-    io_uring_cqe* cqe;
-    io_uring_for_each_cqe(&ring_, head, cqe) batch_.push_back({cqe->user_data, cqe->res});
-    io_uring_cq_advance(&ring_, static_cast<unsigned>(batch_.size() - before));
-  }
-
-  void dispatch(std::uint64_t user_data, int res) {
-    Tag t = decode(user_data);
+  void dispatch(const Completion& done) {
+    Tag t = decode(done.user_data);
+    int res = done.res;
     switch (t.op) {
       case Op::kAccept: return on_accept(res);
       case Op::kBackoff:      // the pause after a failed accept is over (or the stop cancelled it)
@@ -251,16 +242,6 @@ class Loop {
   }
   // [/excerpt:loop-turn]
 
-  // [excerpt:get-sqe]
-  // A free SQE. When the submission queue is full we submit what is queued to make room, rather than dereference the
-  // NULL that io_uring_get_sqe() returns. -EBUSY (5.x kernels): CQEs overflowed the CQ, and the kernel takes no SQE
-  // until we reap. reap() moves them to batch_, which run() dispatches after the handler that called us returns.
-  io_uring_sqe* get_sqe() {
-    while (io_uring_sq_space_left(&ring_) == 0)
-      if (io_uring_submit(&ring_) == -EBUSY) reap();  // other errors (-EINTR, -EAGAIN) are transient: retry
-    return io_uring_get_sqe(&ring_);
-  }
-
   // Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
     io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
@@ -268,14 +249,13 @@ class Loop {
     ++c->in_flight;
     c->op = op;
   }
-  // [/excerpt:get-sqe]
 
   // [excerpt:deadlines]
   // The deadlines are kept in user space, as in 05: one heap per loop, whose earliest entry is the timeout of the
   // loop's wait (run). That timeout takes no SQE and brings no CQE, and an earlier deadline needs nothing moved, as
   // one IORING_OP_TIMEOUT for the earliest would (IORING_TIMEOUT_UPDATE). An IORING_OP_LINK_TIMEOUT on every recv
-  // and send (advanced.cpp's way) arms and cancels a kernel timer, and brings a second CQE, per operation: a visible
-  // share of the loop's CPU under keep-alive load, in perf (docs/06, "Deadlines: in the kernel or in a heap").
+  // and send would arm and cancel a kernel timer, and bring a second CQE, per operation: a visible share of the
+  // loop's CPU under keep-alive load, in perf (docs/06, "Deadlines: in the kernel or in a heap").
   // One kIdle entry per connection, never later than its deadline: a request or a send that moves the deadline only
   // stores `since`, and the entry, when due, looks at the real deadline: before it, it waits again until then; past
   // it, it cancels the connection's one operation (IORING_OP_ASYNC_CANCEL) and resets the connection. READING's
@@ -301,7 +281,7 @@ class Loop {
   // readiness themselves whatever the flag. So is the listener: recent kernels ignore that for IORING_OP_ACCEPT and
   // wait (checked on 6.18); some 5.x kernels completed it with -EAGAIN at once, which takes the error path: no spin.
   void arm_accept() {
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     tag(sqe, Op::kAccept);
     listen_op_ = Op::kAccept;
@@ -316,7 +296,7 @@ class Loop {
   // shed: the shed frees its spare descriptor for a moment, another loop's accept can take it, and the spare is lost
   // (seen with 2 loops and 64 descriptors); READY would then fire at once, forever.
   void arm_listen_wait(Op op) {
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     if (op == Op::kBackoff)
       io_uring_prep_timeout(sqe, &backoff_, 0, 0);
     else
@@ -327,7 +307,7 @@ class Loop {
 
   void on_accept(int res) {
     listen_op_ = Op::kNone;
-    if (res >= 0 && stopping_) ::close(res);  // it slipped in before the cancel: we no longer take connections
+    if (res >= 0 && stopping_) close_socket(res);  // it slipped in before the cancel: we no longer take connections
     if (res >= 0 && !stopping_) open_conn(res);
     if (res == -EMFILE || res == -ENFILE) shed_pending_connection(listener_.get());  // common/net.hpp's policy
     if (stopping_) return listener_.reset();  // nothing references the listener any more: close it
@@ -341,19 +321,19 @@ class Loop {
   // linger, LINGERING ones go on, and after kStopGrace whatever is left is reset. run() returns once all are closed.
   void on_stop() {
     stopping_ = true;
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_cancel64(sqe, encode(listen_op_), 0);  // its CQE (-ECANCELED) then closes the listener
     tag(sqe, Op::kCancel);
     for (auto& c : conns_)
       if (c->state == State::kReading) cancel_and_close(*c);
-    sqe = get_sqe();
+    sqe = ring_.get_sqe();
     io_uring_prep_timeout(sqe, &grace_, 0, 0);
     tag(sqe, Op::kGrace);
   }
 
   // Cancels the connection's one operation; its CQE then finds it CLOSING and releases it.
   void cancel_and_close(Conn& c, End end = End::kClose) {
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
     tag(sqe, Op::kCancel);
     close_conn(c, end);
@@ -390,7 +370,7 @@ class Loop {
     c.request_length = p.length;
     if (handler_needs_timer(opts_)) {
       c.state = State::kWaiting;
-      io_uring_sqe* sqe = get_sqe();
+      io_uring_sqe* sqe = ring_.get_sqe();
       io_uring_prep_timeout(sqe, &delay_, 0, 0);  // relative, fires once
       tag(sqe, Op::kTimer, &c);
       return;
@@ -403,7 +383,7 @@ class Loop {
   // `since` alone, so the deadline stays where the wait for the request began.
   void arm_recv(Conn& c) {
     if (c.state != State::kLingering) c.state = State::kReading;
-    io_uring_sqe* sqe = get_sqe();
+    io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
     tag(sqe, Op::kRecv, &c);
   }
@@ -438,7 +418,7 @@ class Loop {
     c.state = State::kSending;
     Outgoing& out = c.out;
     if (out.head_sent < out.head.size()) {
-      io_uring_sqe* sqe = get_sqe();
+      io_uring_sqe* sqe = ring_.get_sqe();
       int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
       io_uring_prep_send(sqe, c.fd, out.head.data() + out.head_sent, out.head.size() - out.head_sent,
                          MSG_NOSIGNAL | more);
@@ -449,7 +429,7 @@ class Loop {
         case SendProgress::kFailed: return close_conn(c, End::kReset);  // the client must not take a part for all
         case SendProgress::kBlocked: break;
       }
-      io_uring_sqe* sqe = get_sqe();
+      io_uring_sqe* sqe = ring_.get_sqe();
       io_uring_prep_poll_add(sqe, c.fd, POLLOUT);
       tag(sqe, Op::kWritable, &c);
     }
@@ -479,10 +459,10 @@ class Loop {
   // turn the close into an RST that destroys the response. shutdown() is a plain system call: it never blocks, its
   // answer decides the next state now, and IORING_OP_SHUTDOWN would run in a kernel worker thread (io-wq; on 6.18).
   void linger(Conn& c) {
-    if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
     c.state = State::kLingering;
     c.lingering = Lingering(Clock::now());
     timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
+    if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
     arm_recv(c);  // into `chunk`, which nothing reads any more
   }
 
@@ -500,8 +480,7 @@ class Loop {
   }
 
   void release(Conn& c) {
-    if (c.reset) reset_connection(c.fd);  // SO_LINGER {1, 0}: the close sends an RST
-    ::close(c.fd);  // the one close path: by the ownership rule no operation can still use this fd
+    close_socket(c.fd, c.reset);  // by the ownership rule no operation can still use this fd
     c.fd = -1;
     c.reset = false;
     c.state = State::kFree;
@@ -512,11 +491,17 @@ class Loop {
     --live_;
   }
 
+  // A plain ::close(), not IORING_OP_CLOSE (see Conn). `reset`: SO_LINGER {1, 0} first, so the close sends an RST.
+  void close_socket(int fd, bool reset = false) {
+    if (reset) reset_connection(fd);
+    ::close(fd);
+  }
+
   const Options& opts_;
   // The kernel reads a timespec when it takes the SQE (with SQPOLL: at any time before the CQE), so these live in
   // the Loop, which outlives every operation; one copy serves every connection, as the values are the same.
   __kernel_timespec delay_, grace_, backoff_;
-  io_uring ring_{};
+  Ring ring_;  // the ring, and the CQEs reaped and not yet dispatched (common/uring.hpp)
   Fd listener_;
   Op listen_op_ = Op::kNone;  // the one operation in flight for the listener: kAccept, kBackoff or kListenReady
   bool stopping_ = false;
@@ -524,8 +509,6 @@ class Loop {
   std::vector<std::uint32_t> free_;           // free slots, reused last-in first-out
   std::size_t live_ = 0;                      // slots in use
   TimerQueue<Timer> timers_;                  // the connections' deadlines (see on_deadline)
-  struct Completion { std::uint64_t user_data; int res; };
-  std::vector<Completion> batch_;  // CQEs reaped and not yet dispatched (see run and get_sqe)
 };
 
 }  // namespace

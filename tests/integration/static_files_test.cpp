@@ -721,16 +721,16 @@ INSTANTIATE_TEST_SUITE_P(AllServers, StaticFiles, ::testing::ValuesIn(all_server
 // The whole 5 GiB GET is the longest test of the suite (3 to 5 s a server). What it proves, 64-bit sizes and offsets
 // all the way through the code that sends files, belongs to that code: so it runs on every program in its default
 // mode (the seven, 06's advanced program, 07 on io_uring) and on the variants whose flags change how files are sent
-// (--fixed-files: the splice goes to a registered descriptor; --send-zc: read + zero-copy send). The other variants
-// (how connections are accepted and read, how the ring submits; 07's topologies) send files with their program's
-// code, already run here, and skip it.
+// (--splice: two splices through a pipe; --fixed-files: the same, to a registered descriptor; --send-zc: read +
+// zero-copy send). The other variants (how connections are accepted and read, how the ring submits; 07's
+// topologies) send files with their program's code, already run here, and skip it.
 class StaticFilesHuge : public StaticFiles {};
 
 std::vector<ServerInfo> servers_with_own_file_path() {
   std::vector<ServerInfo> out;
   for (const ServerInfo& s : all_servers()) {
     const auto has = [&s](const char* flag) { return std::find(s.args.begin(), s.args.end(), flag) != s.args.end(); };
-    if (s.args.empty() || has("--fixed-files") || has("--send-zc")) out.push_back(s);
+    if (s.args.empty() || has("--splice") || has("--fixed-files") || has("--send-zc")) out.push_back(s);
   }
   return out;
 }

@@ -82,6 +82,7 @@ inline const std::vector<ServerInfo>& all_servers() {
     v.push_back(variant(6, "s06adv_defer_taskrun", adv, {"--defer-taskrun"}));
     v.push_back(variant(6, "s06adv_sqpoll", adv, {"--sqpoll", "50"}));
     v.push_back(variant(6, "s06adv_attach_wq", adv, {"--attach-wq", "--threads", "2"}));
+    v.push_back(variant(6, "s06adv_splice", adv, {"--splice"}));
     v.push_back(variant(6, "s06adv_send_zc", adv, {"--send-zc"}));
     v.push_back(variant(6, "s06adv_all", adv,
                         {"--multishot-accept", "--multishot-recv", "--fixed-files", "--defer-taskrun", "--send-zc"}));
