@@ -5,7 +5,7 @@
 // public io_uring servers advertise; each changes one thing, but together they would bury that loop. So this program
 // is main.cpp, every line of it in the same order, with each feature added as code that runs only under its flag.
 // Without flags it is main.cpp, and `diff main.cpp advanced.cpp` shows the features and nothing else (the test
-// AdvancedIsMainPlusFlags checks that no line of main.cpp is missing here).
+// Advanced.IsMainPlusFlags, in tests/unit, checks that no line of main.cpp is missing here).
 //
 //   --defer-taskrun     SINGLE_ISSUER + DEFER_TASKRUN (6.1): the kernel finishes the loop's operations when the loop
 //                       waits for them, not whenever the next system call comes (main.cpp's COOP_TASKRUN)
