@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
     if (!client.valid()) break;  // SIGINT or SIGTERM: stop accepting
     const int fd = client.release();
     try {
-      std::thread([fd, &open, opts] { serve(Fd(fd), open, opts); }).detach();
+      std::thread([fd, &open, opts] {
+        serve(Fd(fd), open, opts);
+        restore_spare();  // a file this thread opened may have taken the number a shed freed (net.hpp)
+      }).detach();
     } catch (const std::system_error&) {
       Fd refused(fd);  // the thread never existed, so the connection is still ours to answer and close
       send_whole(refused.get(), refuse(503));

@@ -127,6 +127,7 @@ void worker(ConnectionQueue& queue, OpenConnections& open, const Options& opts) 
     Fd client = queue.pop();
     if (!client.valid()) return;  // stop requested and nothing left in the queue
     serve(std::move(client), queue, open, opts);
+    restore_spare();  // a file this worker opened may have taken the number a shed freed (net.hpp)
   }
 }
 

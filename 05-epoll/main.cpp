@@ -311,8 +311,8 @@ class Loop {
   }
 
   // The one way a connection ends: the table drops it, its Fd closes the socket, and closing takes it out of the
-  // epoll set (nothing dup()s our sockets, so that close is the last reference).
-  void close_conn(Conn& c) { conns_.erase(c.fd.get()); }
+  // epoll set (nothing dup()s our sockets, so that close is the last reference). A lost spare takes its number.
+  void close_conn(Conn& c) { conns_.erase(c.fd.get()); restore_spare(); }
 
   const Options& opts_;
   Fd listener_;

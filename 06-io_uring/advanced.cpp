@@ -776,6 +776,7 @@ class Loop {
     if (features.fixed_files) return close_direct(fd, reset);
     if (reset) reset_connection(fd);
     ::close(fd);
+    restore_spare();  // if a shed lost the spare (net.hpp), it takes the number just freed
   }
 
   // --send-zc: zero-copy sends whose notifications are missing mean the network stack still holds pages of

@@ -495,6 +495,7 @@ class Loop {
   void close_socket(int fd, bool reset = false) {
     if (reset) reset_connection(fd);
     ::close(fd);
+    restore_spare();  // if a shed lost the spare (net.hpp), it takes the number just freed
   }
 
   const Options& opts_;

@@ -148,6 +148,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() {
     error_code ignored;
     socket_.close(ignored);
+    restore_spare();  // if a shed lost the spare (net.hpp), it takes the number just freed
     std::lock_guard<std::mutex> lock(loop_.mutex);
     loop_.sessions.erase(this);
     // The last session to go ends a stop's grace period. post: the grace timer is the loop's, on the loop's

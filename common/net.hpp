@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -154,15 +155,16 @@ inline std::vector<Fd> listen_sockets(const Options& opts, int count = 1) {
 // spare. Connections already open keep being served, and accepting resumes as soon as descriptors free up.
 // (The trick is libev's; a mutex keeps two threads from spending the one spare at once.)
 namespace detail {
-inline std::mutex spare_mutex;
-inline int spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+inline std::mutex spare_mutex;  // held by whoever closes or reopens the spare
+inline std::atomic<int> spare_fd{::open("/dev/null", O_RDONLY | O_CLOEXEC)};  // -1: lost (see below)
 }  // namespace detail
 
-// Returns true when a connection was shed. At the limit another thread (or the kernel, for io_uring) can take the
-// descriptor the spare freed before we reopen it; the spare is then reopened on a later call, once one frees up.
+// Returns true when a connection was shed. At the limit another thread (or the kernel, for an accept io_uring has
+// in flight) can take the descriptor the spare freed before we reopen it: the spare is then lost, and the next
+// time we run out there would be nothing to shed with. restore_spare() gets it back.
 inline bool shed_pending_connection(int listen_fd) {
   std::lock_guard<std::mutex> lock(detail::spare_mutex);
-  if (detail::spare_fd < 0) detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lost last time: retry
+  if (detail::spare_fd < 0) detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lost: retry
   pollfd p{listen_fd, POLLIN, 0};
   if (::poll(&p, 1, 0) != 1) return false;  // nothing pending: never block here, even on a blocking listener
   if (detail::spare_fd >= 0) ::close(detail::spare_fd);
@@ -170,6 +172,15 @@ inline bool shed_pending_connection(int listen_fd) {
   if (fd >= 0) ::close(fd);
   detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   return fd >= 0;
+}
+
+// Reopens the spare if a shed lost it. A server calls it right after it closes a connection's descriptor: that
+// number is free now, and the spare takes it before the next accept can. (Waiting for the next shed would be too
+// late: that happens at the limit, when no number is free.) Costs one atomic load while the spare is open.
+inline void restore_spare() {
+  if (detail::spare_fd >= 0) return;
+  std::lock_guard<std::mutex> lock(detail::spare_mutex);
+  if (detail::spare_fd < 0) detail::spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 enum class Blocking { kYes, kNo };
