@@ -5,6 +5,7 @@
 #   ./tests/run_tests.sh                      the normal build, in build/
 #   ./tests/run_tests.sh --sanitize address   AddressSanitizer + UndefinedBehaviorSanitizer, in build-address/
 #   ./tests/run_tests.sh --sanitize thread    ThreadSanitizer, in build-thread/
+#   ./tests/run_tests.sh --build-only [...]   install and build only, for the labs: no test runs
 #
 # On a fresh Debian/Ubuntu machine it first installs the packages it needs when run as root; otherwise it prints
 # the one apt-get line to run.
@@ -12,11 +13,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=""
-case "${1:-}" in
-  "") ;;
-  --sanitize) sanitize="${2:?--sanitize takes address or thread}" ;;
-  *) echo "usage: $0 [--sanitize address|thread]" >&2; exit 2 ;;
-esac
+build_only=no
+usage() { echo "usage: $0 [--build-only] [--sanitize address|thread]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-only) build_only=yes; shift ;;
+    --sanitize)
+      case "${2:-}" in address | thread) sanitize=$2; shift 2 ;; *) usage ;; esac ;;
+    *) usage ;;
+  esac
+done
 
 # shellcheck source-path=SCRIPTDIR/..
 source tools/ensure-packages.sh  # ensure_packages
@@ -35,6 +41,10 @@ build_type=Release
 [ -n "$sanitize" ] && build_type=RelWithDebInfo
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="$build_type" -DPSP_SANITIZE="$sanitize" >/dev/null
 cmake --build "$build" -j"$(nproc)"
+if [ $build_only = yes ]; then
+  echo "built in $build/: each server is $build/NN-name/run_server (no test was run)"
+  exit 0
+fi
 
 # Sanitizers: fail on the first report, and keep going across the fork()s the tests make.
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
