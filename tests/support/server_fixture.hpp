@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -58,6 +59,13 @@ inline ServerInfo variant(int number, const char* name, const char* path, std::v
   return ServerInfo{number, name, path, std::move(args), true};
 }
 
+// The binary to test: the one CMake built, unless the environment names another one under the same name
+// (PSP_SERVER_05=/tmp/lab/run_server). That is how a lab's reference solution (docs/solutions/) runs the suite.
+inline const char* binary(const char* env_name, const char* built) {
+  const char* given = std::getenv(env_name);
+  return given != nullptr && *given != '\0' ? given : built;
+}
+
 // The seven, then the variants of 06 and 07.
 //
 // A variant's flags come before a test's own, and the options parser keeps the last value of a flag, so a test
@@ -67,14 +75,17 @@ inline ServerInfo variant(int number, const char* name, const char* path, std::v
 inline const std::vector<ServerInfo>& all_servers() {
   static const std::vector<ServerInfo> servers = [] {
     std::vector<ServerInfo> v = {
-        {1, "s01_blocking_single", PSP_SERVER_01}, {2, "s02_thread_per_conn", PSP_SERVER_02},
-        {3, "s03_select", PSP_SERVER_03},          {4, "s04_threadpool", PSP_SERVER_04},
-        {5, "s05_epoll", PSP_SERVER_05},           {6, "s06_io_uring", PSP_SERVER_06},
-        {7, "s07_asio", PSP_SERVER_07},
+        {1, "s01_blocking_single", binary("PSP_SERVER_01", PSP_SERVER_01)},
+        {2, "s02_thread_per_conn", binary("PSP_SERVER_02", PSP_SERVER_02)},
+        {3, "s03_select", binary("PSP_SERVER_03", PSP_SERVER_03)},
+        {4, "s04_threadpool", binary("PSP_SERVER_04", PSP_SERVER_04)},
+        {5, "s05_epoll", binary("PSP_SERVER_05", PSP_SERVER_05)},
+        {6, "s06_io_uring", binary("PSP_SERVER_06", PSP_SERVER_06)},
+        {7, "s07_asio", binary("PSP_SERVER_07", PSP_SERVER_07)},
     };
     // 06-io_uring/advanced.cpp: without flags (it must pass what main.cpp passes, so a failure of one flag's
     // variant can be told from a failure of the program), then each io_uring option alone, then those that combine.
-    const char* adv = PSP_SERVER_06_ADVANCED;
+    const char* adv = binary("PSP_SERVER_06_ADVANCED", PSP_SERVER_06_ADVANCED);
     v.push_back(variant(6, "s06adv_plain", adv, {}));
     v.push_back(variant(6, "s06adv_multishot_accept", adv, {"--multishot-accept"}));
     v.push_back(variant(6, "s06adv_multishot_recv", adv, {"--multishot-recv"}));
@@ -86,19 +97,20 @@ inline const std::vector<ServerInfo>& all_servers() {
     v.push_back(variant(6, "s06adv_send_zc", adv, {"--send-zc"}));
     v.push_back(variant(6, "s06adv_all", adv,
                         {"--multishot-accept", "--multishot-recv", "--fixed-files", "--defer-taskrun", "--send-zc"}));
-    // 07's three topologies (the default, per-thread, is s07_asio).
-    v.push_back(variant(7, "s07_single", PSP_SERVER_07, {"--topology", "single"}));
-    v.push_back(variant(7, "s07_pool", PSP_SERVER_07, {"--topology", "pool", "--threads", "2"}));
+    // 07's three topologies (the default, per-thread, is s07_asio, v[6]).
+    v.push_back(variant(7, "s07_single", v[6].path, {"--topology", "single"}));
+    v.push_back(variant(7, "s07_pool", v[6].path, {"--topology", "pool", "--threads", "2"}));
 #ifdef PSP_SERVER_07_URING
     // 07's main.cpp on standalone Asio's io_uring backend. CMake builds it, and defines PSP_SERVER_07_URING, only
     // when it finds standalone Asio with io_uring (Debian: libasio-dev); without it these two variants are absent.
-    v.push_back(variant(7, "s07_uring", PSP_SERVER_07_URING, {}));
+    const char* uring = binary("PSP_SERVER_07_URING", PSP_SERVER_07_URING);
+    v.push_back(variant(7, "s07_uring", uring, {}));
 #if !defined(__SANITIZE_THREAD__)
     // Not under ThreadSanitizer: with several threads on one io_context, Asio 1.22's io_uring backend hands an
     // operation from the thread that submits it to the thread that reaps its completion through the ring's shared
     // memory, a happens-before that TSan cannot see; it reports a data race inside asio/detail/io_uring_service.hpp
     // (io_queue::set_result against the allocation of the io_object) on every run. ASan and Release still run it.
-    v.push_back(variant(7, "s07_uring_pool", PSP_SERVER_07_URING, {"--topology", "pool", "--threads", "2"}));
+    v.push_back(variant(7, "s07_uring_pool", uring, {"--topology", "pool", "--threads", "2"}));
 #endif
 #endif
     return v;
