@@ -149,7 +149,9 @@ class OpenConnections {
 
 // Blocking models: waits until the listening socket has a connection or a stop is requested. Returns the new
 // connection, or an invalid Fd once stop_requested(). (Waiting in poll() rather than in accept() is what lets a
-// multi-threaded process notice a signal that the kernel delivered to some other thread.)
+// multi-threaded process notice a signal that the kernel delivered to some other thread.) Stuck at the descriptor
+// limit (see accept_client()), the listener stays readable: it then watches only the stop for kAcceptPause, so
+// that it tries again 100 times a second instead of spinning.
 inline Fd accept_or_stop(int listen_fd) {
   while (!stop_requested()) {
     pollfd fds[2] = {{listen_fd, POLLIN, 0}, {stop_fd(), POLLIN, 0}};
@@ -157,6 +159,7 @@ inline Fd accept_or_stop(int listen_fd) {
     if (fds[0].revents & POLLIN) {
       Fd client = accept_client(listen_fd, Blocking::kYes);
       if (client.valid()) return client;
+      if (errno == EMFILE || errno == ENFILE) ::poll(&fds[1], 1, static_cast<int>(kAcceptPause.count()));
     }
   }
   return Fd();

@@ -1,12 +1,18 @@
-// Unit tests of common/lifecycle.hpp's OpenConnections: how a stop reaches the threads blocked in recv().
+// Unit tests of common/lifecycle.hpp: how a stop reaches the threads blocked in recv() (OpenConnections), and the
+// blocking models' accept loop (accept_or_stop) at the descriptor limit.
 #include "common/lifecycle.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <chrono>
 #include <future>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/unit/loopback.hpp"
 
@@ -93,6 +99,43 @@ TEST(OpenConnections, StopGivesUpAfterTheGrace) {
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_GE(waited, kStopGrace);
   EXPECT_LT(waited, kStopGrace + 2s);
+}
+
+// Out of descriptors with the spare lost (another thread took its number: a worker opening a file, or a sanitizer's
+// own thread), a pending client can be neither accepted nor shed, and the listener stays readable. The blocking
+// models' accept loop must then wait (kAcceptPause) between tries instead of spinning on poll() and accept().
+// Runs in a child process, which uses up its descriptors; its exit status says which step failed.
+[[noreturn]] void stuck_accept_scenario() {
+  rlimit small{64, 64};
+  if (::setrlimit(RLIMIT_NOFILE, &small) != 0) std::_Exit(2);
+  ::testing::internal::CaptureStdout();
+  std::vector<Fd> socks = listen_sockets(any_port());
+  Fd client = connect_to(port_of(socks[0].get()));
+  detail::stop_eventfd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // what start_process() makes
+  std::thread stopper([] {
+    std::this_thread::sleep_for(500ms);
+    detail::on_stop_signal(SIGTERM);  // what the signal would do
+  });
+  {
+    std::lock_guard<std::mutex> lock(detail::spare_mutex);  // lose the spare, as a shed does when it is outrun
+    ::close(detail::spare_fd);
+    detail::spare_fd = -1;
+  }
+  std::vector<int> hog;  // every descriptor left, the spare's number first
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) hog.push_back(fd);
+  timespec start{}, end{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+  Fd got = accept_or_stop(socks[0].get());  // returns at the stop, 500 ms from now
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &end);
+  stopper.join();
+  if (got.valid()) std::_Exit(3);
+  const double cpu_ms = (end.tv_sec - start.tv_sec) * 1e3 + (end.tv_nsec - start.tv_nsec) / 1e6;
+  if (cpu_ms > 150) std::_Exit(4);  // a spin takes all of the 500 ms; waiting takes a few
+  std::_Exit(0);
+}
+
+TEST(AcceptOrStop, WaitsInsteadOfSpinningWhenStuckAtTheLimit) {
+  EXPECT_EXIT(stuck_accept_scenario(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
