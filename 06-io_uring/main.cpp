@@ -150,7 +150,8 @@ class Loop {
   // COOP_TASKRUN (5.19): the client's bytes arrive on another CPU, and the recv waiting for them is finished in this
   // thread ("task work"). By default the kernel interrupts the thread for it at once, with an inter-processor
   // interrupt; with the flag the work waits until the thread next enters the kernel, as the loop does every turn.
-  // Under keep-alive load on a 2-vCPU VM, that saved a fifth of the loop's CPU per request (docs/06).
+  // Under keep-alive load on a 2-vCPU VM, that saved a fifth of the loop's CPU per request (docs/io_uring-advanced.md,
+  // "Each flag, measured").
   explicit Loop(const Options& opts)
       : opts_(opts), delay_(to_kernel_timespec(opts.delay)), grace_(to_kernel_timespec(kStopGrace)),
         backoff_(to_kernel_timespec(kAcceptBackoff)) {
@@ -255,7 +256,7 @@ class Loop {
   // loop's wait (run). That timeout takes no SQE and brings no CQE, and an earlier deadline needs nothing moved, as
   // one IORING_OP_TIMEOUT for the earliest would (IORING_TIMEOUT_UPDATE). An IORING_OP_LINK_TIMEOUT on every recv
   // and send would arm and cancel a kernel timer, and bring a second CQE, per operation: a visible share of the
-  // loop's CPU under keep-alive load, in perf (docs/06, "Deadlines: in the kernel or in a heap").
+  // loop's CPU under keep-alive load, in perf (docs/io_uring-advanced.md, "Deadlines: in the kernel or in a heap").
   // One kIdle entry per connection, never later than its deadline: a request or a send that moves the deadline only
   // stores `since`, and the entry, when due, looks at the real deadline: before it, it waits again until then; past
   // it, it cancels the connection's one operation (IORING_OP_ASYNC_CANCEL) and resets the connection. READING's
@@ -410,10 +411,11 @@ class Loop {
   //   +-----+ room again
   //
   // Why not through the ring: io_uring has no sendfile, and IORING_OP_SPLICE (file -> pipe -> socket) always runs in
-  // a kernel worker thread (io-wq): about one context switch and half as much CPU again per request (docs/06,
-  // "Serving files"). sendfile() on a socket that never blocks costs one system call per burst and copies nothing
-  // into user space, as in 05 and nginx. What it gives up: a page-cache miss makes it wait for the disk in the loop
-  // thread, stalling this loop's other connections (nginx has `aio threads` for that), like the openat2() in answer().
+  // a kernel worker thread (io-wq): about one context switch and half as much CPU again per request
+  // (docs/io_uring-advanced.md, "Serving files: splice, ..."). sendfile() on a socket that never blocks costs one
+  // system call per burst and copies nothing into user space, as in 05 and nginx. What it gives up: a page-cache
+  // miss makes it wait for the disk in the loop thread, stalling this loop's other connections (nginx has
+  // `aio threads` for that), like the openat2() in answer().
   void send_more(Conn& c) {
     c.state = State::kSending;
     Outgoing& out = c.out;
