@@ -310,5 +310,40 @@ TEST_P(Emfile, KeepsServingAndRecovers) {
 
 INSTANTIATE_TEST_SUITE_P(Servers02To07, Emfile, ::testing::ValuesIn(servers({2, 3, 4, 5, 6, 7})), ServerName());
 
+// 04's fairness rule: a worker that answers a keep-alive client while a connection waits in the queue answers with
+// "Connection: close" and moves on, instead of waiting in recv() for that client's next request. Two workers, two
+// keep-alive clients that each hold one, and a third client queued behind them: it must be served long before the
+// two fall silent for their deadline (10 s here). Without the rule (lab 4.3) it waits the whole deadline.
+class Fairness : public ServerTest {};
+
+TEST_P(Fairness, AQueuedClientIsServedBeforeTheKeptOnesFallSilent) {
+  if (!launch({"--threads", "2", "--idle-timeout", "10", "--delay-us", "0"})) return;
+  std::vector<Client> kept;
+  for (int i = 0; i < 2; ++i) {
+    kept.push_back(connect());
+    ASSERT_TRUE(kept.back().ok()) << kept.back().error();
+  }
+  // Each worker takes one of them and waits in recv(). The wait only lets the workers pop them before the third
+  // arrives; if it were too short, the third would be taken first and the test would pass without the rule.
+  std::this_thread::sleep_for(200ms);
+  Client queued = connect();
+  ASSERT_TRUE(queued.ok()) << queued.error();
+  std::this_thread::sleep_for(100ms);  // the acceptor has put it in the queue
+  for (Client& c : kept) {
+    ASSERT_TRUE(c.send(request("GET", "/"), deadline_in(kIoTimeout))) << c.error();
+    const auto r = c.read_response(deadline_in(kIoTimeout));
+    ASSERT_TRUE(r) << c.error();
+    EXPECT_TRUE(is_ok_response(*r, false, "close")) << "someone was waiting: the worker had to let this one go";
+    c.close();  // as a client does on "Connection: close": the worker's lingering close ends at once
+  }
+  const auto asked = Clock::now();
+  ASSERT_TRUE(queued.send(request("GET", "/"), deadline_in(kIoTimeout))) << queued.error();
+  const auto r = queued.read_response(deadline_in(15s));
+  ASSERT_TRUE(r) << queued.error();
+  EXPECT_LT(ms_since(asked), 3000) << "the queued client waited for a kept connection's deadline";
+}
+
+INSTANTIATE_TEST_SUITE_P(Server04, Fairness, ::testing::ValuesIn(servers({4})), ServerName());
+
 }  // namespace
 }  // namespace psp::test
