@@ -329,13 +329,20 @@ TEST_P(Fairness, AQueuedClientIsServedBeforeTheKeptOnesFallSilent) {
   Client queued = connect();
   ASSERT_TRUE(queued.ok()) << queued.error();
   std::this_thread::sleep_for(100ms);  // the acceptor has put it in the queue
+  for (Client& c : kept) ASSERT_TRUE(c.send(request("GET", "/"), deadline_in(kIoTimeout))) << c.error();
+  // The first worker to answer sees the queued client and lets its own go; the worker that answers after the
+  // queued client was taken may keep its connection (nobody waits any more), so only one "close" is certain.
+  int let_go = 0;
   for (Client& c : kept) {
-    ASSERT_TRUE(c.send(request("GET", "/"), deadline_in(kIoTimeout))) << c.error();
     const auto r = c.read_response(deadline_in(kIoTimeout));
     ASSERT_TRUE(r) << c.error();
-    EXPECT_TRUE(is_ok_response(*r, false, "close")) << "someone was waiting: the worker had to let this one go";
-    c.close();  // as a client does on "Connection: close": the worker's lingering close ends at once
+    ASSERT_TRUE(is_ok_response(*r, false, kEitherConnection));
+    if (lower(*r->header("Connection")) == "close") {
+      ++let_go;
+      c.close();  // as a client does on "Connection: close": that worker's lingering close ends at once
+    }
   }
+  EXPECT_GE(let_go, 1) << "a client was waiting in the queue, and every worker kept its keep-alive connection";
   const auto asked = Clock::now();
   ASSERT_TRUE(queued.send(request("GET", "/"), deadline_in(kIoTimeout))) << queued.error();
   const auto r = queued.read_response(deadline_in(15s));
