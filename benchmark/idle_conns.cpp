@@ -11,7 +11,9 @@
 //        blocked  no answer within --answer-ms: accepted (or queued) but not served, because the server's
 //                 threads are all sitting on other connections (01, 04). That is the cost we want to show;
 //   3. reads /proc again while they are all held, and times --probes new clients (one request each);
-//   4. checks that the server closed none of the held connections (dropped), releases them all with a reset
+//   4. with --hold, prints a `holding ...` line and keeps the connections open, idle, until it gets SIGTERM:
+//      benchmark.sh's idle mode measures busy clients beside them meanwhile;
+//   5. checks that the server closed none of the held connections (dropped), releases them all with a reset
 //      (so no TIME_WAIT sockets linger to disturb the next run), and checks that a new client is served again.
 //
 // Output: one line of key=value pairs on stdout, parsed by benchmark.sh; diagnostics on stderr.
@@ -62,15 +64,20 @@ struct Options {
   int window = 500;      // connections waiting for their answer at once; keeps the accept queue from overflowing
   int answer_ms = 1000;  // a connection with no answer by then is counted as blocked
   int probes = 5;
+  bool hold = false;     // keep the connections until SIGTERM
 };
 
 const char* const kUsage =
     "usage: idle_conns --port N [--host ADDR] [--connections N] [--pid PID] [--window N] [--answer-ms MS]\n"
-    "                  [--probes N]\n";
+    "                  [--probes N] [--hold]\n";
 
 bool parse_options(int argc, char** argv, Options& options) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--hold") {
+      options.hold = true;
+      continue;
+    }
     if (i + 1 >= argc) return false;
     const char* value = argv[++i];
     char* end = nullptr;
@@ -391,6 +398,8 @@ bool raise_fd_limit(long needed) {
   return true;
 }
 
+volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM while --hold keeps the connections
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -420,6 +429,23 @@ int main(int argc, char** argv) {
   }
   std::sort(answered_ms.begin(), answered_ms.end());
   holder.poll_events(0);  // did the server close any held connection meanwhile?
+
+  if (options.hold) {
+    // No SA_RESTART: SIGTERM interrupts epoll_wait, so the release starts at once.
+    struct sigaction on_term {};
+    on_term.sa_handler = [](int) { g_release = 1; };
+    sigaction(SIGTERM, &on_term, nullptr);
+    // probe: 200 when the new clients were answered, 0 when one got no answer in time, refused otherwise.
+    const std::string first = options.probes == 0 ? "none"
+                              : !answered_ms.empty() ? "200"
+                              : probe_timeout > 0    ? "0"
+                                                     : "refused";
+    std::printf("holding held=%ld refused=%ld closed=%ld blocked=%ld setup_s=%.2f probe=%s\n",
+                holder.count(State::Held), holder.count(State::Refused), holder.count(State::Closed),
+                holder.blocked(), setup_s, first.c_str());
+    std::fflush(stdout);
+    while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
+  }
 
   const long n_held = holder.count(State::Held), n_dropped = holder.count(State::Dropped);
   const long n_blocked = holder.blocked();
