@@ -4,6 +4,8 @@
 #   ./benchmark/benchmark.sh              the default run: 01..07 and nginx, `ab -n 10000 -c C`, C = 1 10 100 500
 #   ./benchmark/benchmark.sh 05 06 -k     only 05 and 06 (and nginx), with keep-alive
 #   ./benchmark/benchmark.sh --mode files a 100 KiB and a 1 MiB file through wrk, 100 and 1000 connections
+#   ./benchmark/benchmark.sh --mode idle  10 busy clients beside 0 to 10,000 idle keep-alive connections
+#   ./benchmark/benchmark.sh --mode latency   latency against a steady offered load, 10 % to 150 % of capacity
 #   ./benchmark/benchmark.sh 06 06:--sqpoll=50   a server and a variant of it (extra flags) side by side
 #   ./benchmark/benchmark.sh --help       every option
 #
@@ -14,9 +16,16 @@
 #      tool at each concurrency, measures what the server spent, stops it     benchmark_server
 #   4. appends every full ab/wrk output to benchmark/output.log, checks it    measure_run, check_run
 #   5. writes the summary (Markdown, CSV, plot) into benchmark/results/DATE/   write_summary, plot_results
-# A second mode (--mode connections) measures what holding idle connections costs each server: connection_cost,
-# with the client in idle_conns.cpp. A third (--mode files) serves real files (--root) next to nginx serving the
-# same folder: make_files, verify_file, and the same benchmark_server with one target per file.
+# Other modes:
+#   --mode connections  what holding idle connections costs each server: connection_cost, with the client in
+#                       idle_conns.cpp;
+#   --mode files        real files (--root) next to nginx serving the same folder: make_files, verify_file, and
+#                       the same benchmark_server with one target per file;
+#   --mode idle         busy clients beside N held idle ones (the C10K situation): idle_population, with
+#                       idle_conns --hold keeping them while the same measure_run runs ab;
+#   --mode latency      a steady offered load, open loop, at rates around each server's capacity, and the latency
+#                       percentiles at each: latency_server, with the load generator in openloop.cpp.
+# Parsing, statistics, tables and plots are in analyse.py (tested by test_analyse.py).
 #
 # Exit status: 0 when every check passed; 1 when a check failed, a server did not start or a tool is missing;
 # 2 on a bad option. Nothing is left running, even on Ctrl-C or an error (see cleanup).
@@ -29,6 +38,9 @@ ALL_SERVERS=(01-blocking-single 02-thread-per-conn 03-select 04-threadpool 05-ep
 # --mode files measures the models that serve many keep-alive connections at once by default. 01 serves one
 # connection at a time, so wrk's other connections time out (a failed check by design); 02 and 04 can be named.
 FILES_SERVERS=(03 05 06 07)
+# --mode idle leaves out 01 for the same reason: beside one idle connection (or one of ab's kept-alive ones) it
+# serves nobody else. Named, it gets rows that say so.
+IDLE_SERVERS=(02 03 04 05 06 07)
 BODY_BYTES=1024   # what every server (and the nginx reference) answers; ab must report exactly this
 # --mode files: the files served, NAME:BYTES (index.html, for "/", is made too). Numbered 16-byte lines.
 FILES=(100KiB.bin:102400 1MiB.bin:1048576)
@@ -44,7 +56,7 @@ repeat=${PSP_REPEAT:-1}
 warmup=${PSP_WARMUP:-1000}
 keepalive=${PSP_KEEPALIVE:-0}
 tool=${PSP_TOOL:-}  # default by mode: ab, or wrk for --mode files
-duration=${PSP_DURATION:-10s}
+duration=${PSP_DURATION:-}  # default by mode: 10s (wrk), 5s per rate (--mode latency)
 wrk_threads=${PSP_WRK_THREADS:-1}
 delay_us=${PSP_DELAY_US:-}  # default by mode: 1000, or 0 for --mode files
 handler=${PSP_HANDLER:-wait}
@@ -53,6 +65,9 @@ pin=${PSP_PIN:-0}
 reference=${PSP_REFERENCE:-1}
 use_perf=${PSP_PERF:-1}
 conn_list=${PSP_CONNS:-1000 5000 10000}
+idle_list=${PSP_IDLE:-0 1000 5000 10000}
+rate_list=${PSP_RATES:-}  # default: fractions of each server's measured capacity
+p99_target=${PSP_P99_TARGET:-10}
 build_dir=${PSP_BUILD_DIR:-$REPO/build}
 no_build=${PSP_NO_BUILD:-0}
 results_root=${PSP_RESULTS_DIR:-$SCRIPT_DIR/results}
@@ -63,7 +78,7 @@ usage() {
 usage: benchmark/benchmark.sh [options] [SERVER...]
 
 Measures the servers side by side with the same load and checks every run. SERVER is a chapter number
-(01..07, or 1..7) or folder name; the default is all seven (--mode files: ${FILES_SERVERS[*]}). The nginx
+(01..07, or 1..7) or folder name; the default is all seven (--mode files: ${FILES_SERVERS[*]}; idle: ${IDLE_SERVERS[*]}). The nginx
 reference row is added unless --no-reference. Every option can also be set in the environment variable shown.
 
 A SERVER may carry extra flags after colons, for a variant of it: 06:--sqpoll=50, 07:--topology=pool,
@@ -82,7 +97,8 @@ Load
   -k, --keep-alive         ab -k: reuse connections (HTTP/1.0 keep-alive) [PSP_KEEPALIVE=1]
   -t, --tool ab|wrk        load tool [PSP_TOOL, default ab; --mode files: always wrk]; wrk always uses
                            keep-alive, runs for --duration and reports its latency distribution (--latency)
-  -d, --duration TIME      wrk run time, e.g. 10s or 1m [PSP_DURATION, default 10s]
+  -d, --duration TIME      wrk run time, e.g. 10s or 1m [PSP_DURATION, default 10s; --mode latency: the
+                           time at each rate, default 5s]
       --wrk-threads N      wrk client threads (never more than the connections) [PSP_WRK_THREADS, default 1]
 
 Servers
@@ -98,8 +114,17 @@ Servers
 Measurement
       --no-perf            do not count syscalls and context switches with perf stat [PSP_PERF=0]
       --mode MODE          throughput (default); connections: the cost of idle keep-alive connections;
-                           files: a 100 KiB and a 1 MiB file served with --root, through wrk [PSP_MODE]
+                           files: a 100 KiB and a 1 MiB file served with --root, through wrk; idle: ab with
+                           and without keep-alive (-c 10 by default) beside N idle keep-alive connections
+                           [PSP_MODE]; latency: openloop sends on a fixed schedule (a new connection per
+                           request, or -k) at rates up to 150 % of the capacity ab measures first, and
+                           reports latency from each request's intended send time
       --conns LIST         connection counts for --mode connections [PSP_CONNS, default "1000 5000 10000"]
+      --idle LIST          idle connection counts for --mode idle [PSP_IDLE, default "0 1000 5000 10000"]
+      --rates LIST         offered loads in req/s for --mode latency [PSP_RATES, default: 10, 25, 50, 70, 80,
+                           90, 100, 110, 125 and 150 % of each server's capacity, measured with ab -c C]
+      --p99-target MS      --mode latency: the knee is the highest rate whose p99 stays under MS
+                           [PSP_P99_TARGET, default 10]
 
 Files
       --build-dir DIR      where the servers are built (BUILD/NN-name/run_server) [PSP_BUILD_DIR, default build]
@@ -115,6 +140,8 @@ Examples
   benchmark/benchmark.sh -t wrk -c 100 --delay-us 0 06 06:--sqpoll=50    a variant next to the default
   benchmark/benchmark.sh --mode files -r 3                files through 03, 05, 06, 07 and nginx, median of 3
   benchmark/benchmark.sh --mode connections               what 1,000 to 10,000 idle connections cost
+  benchmark/benchmark.sh --mode idle -r 3                 busy clients beside idle ones, median of 3
+  benchmark/benchmark.sh --mode latency 01 04 05          where each model's latency turns upward
 EOF
 }
 
@@ -146,6 +173,9 @@ parse_args() {
       --no-perf) use_perf=0 ;;
       --mode) need_value "$@"; mode=$2; shift ;;
       --conns) need_value "$@"; conn_list=$2; shift ;;
+      --idle) need_value "$@"; idle_list=$2; shift ;;
+      --rates) need_value "$@"; rate_list=$2; shift ;;
+      --p99-target) need_value "$@"; p99_target=$2; shift ;;
       --build-dir) need_value "$@"; build_dir=$2; shift ;;
       --no-build) no_build=1 ;;
       --results-dir) need_value "$@"; results_root=$2; shift ;;
@@ -158,10 +188,23 @@ parse_args() {
 }
 
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0)); }
+max_of() { printf '%s\n' "$@" | sort -n | tail -1; }
 
 # Turns the option strings into arrays and refuses what cannot work, before anything is started.
 validate_options() {
-  [[ $mode =~ ^(throughput|connections|files)$ ]] || die_usage "--mode must be throughput, connections or files"
+  [[ $mode =~ ^(throughput|connections|files|idle|latency)$ ]] ||
+    die_usage "--mode must be throughput, connections, files, idle or latency"
+  if [[ $mode == idle ]]; then
+    [[ ${tool:-ab} == ab ]] || die_usage "--mode idle uses ab (with and without -k, by itself)"
+    concurrency_list=${concurrency_list:-10}
+  fi
+  if [[ $mode == latency ]]; then
+    [[ ${tool:-ab} == ab ]] || die_usage "--mode latency uses openloop (and ab to measure capacity)"
+    concurrency_list=${concurrency_list:-100}
+    [[ $concurrency_list =~ ^[0-9]+$ ]] || die_usage "--mode latency takes one connection count (-c N)"
+    duration=${duration:-5s}
+  fi
+  duration=${duration:-10s}
   if [[ $mode == files ]]; then
     [[ ${tool:-wrk} == wrk ]] || die_usage "--mode files always uses wrk (it checks the bytes read; ab cannot)"
     tool=wrk
@@ -173,7 +216,12 @@ validate_options() {
   delay_us=${delay_us:-1000}
   read -ra concurrencies <<<"${concurrency_list//,/ }"
   read -ra conn_counts <<<"${conn_list//,/ }"
+  read -ra idle_counts <<<"${idle_list//,/ }"
   local value
+  for value in "${idle_counts[@]}"; do [[ $value =~ ^[0-9]+$ ]] || die_usage "bad idle connection count '$value'"; done
+  read -ra rates <<<"${rate_list//,/ }"
+  for value in "${rates[@]}"; do is_count "$value" || die_usage "bad rate '$value' (requests per second)"; done
+  is_count "$p99_target" || die_usage "bad --p99-target '$p99_target' (milliseconds)"
   for value in "${concurrencies[@]}"; do is_count "$value" || die_usage "bad concurrency '$value'"; done
   for value in "${conn_counts[@]}"; do is_count "$value" || die_usage "bad connection count '$value'"; done
   ((${#concurrencies[@]} > 0)) || die_usage "no concurrency level given"
@@ -200,6 +248,7 @@ validate_options() {
   servers=()
   local spec name folder found part parts default_list=("${ALL_SERVERS[@]}")
   if [[ $mode == files ]]; then default_list=("${FILES_SERVERS[@]}"); fi
+  if [[ $mode == idle ]]; then default_list=("${IDLE_SERVERS[@]}"); fi
   for spec in ${server_list:-${default_list[*]}}; do
     # The spec becomes a CSV cell and a Markdown cell: keep it to plain characters.
     [[ $spec =~ ^[A-Za-z0-9._/=:+@%-]+$ ]] || die_usage "server '$spec' has a character other than letters, digits and ._/=:+@%-"
@@ -260,10 +309,12 @@ client_pid=
 # shellcheck disable=SC2317  # (shellcheck does not see that the EXIT trap calls it)
 cleanup() {
   local status=$?
-  if [[ -n $client_pid ]]; then
-    kill -TERM "$client_pid" 2>/dev/null || true
-    wait "$client_pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in "$client_pid" "$holder_pid"; do
+    if [[ -z $pid ]]; then continue; fi
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   stop_thread_sampler
   stop_server >/dev/null 2>&1 || true
   if [[ -n $TMP ]]; then rm -rf "$TMP"; fi
@@ -283,6 +334,7 @@ ensure_tools() {
   source "$REPO/tools/ensure-packages.sh"
   local needed=()
   have ab || needed+=(apache2-utils)
+  have python3 || needed+=(python3)  # analyse.py
   if [[ $tool == wrk ]] && ! have wrk; then needed+=(wrk); fi
   if ((reference)) && ! have nginx; then needed+=(nginx); fi
   if [[ $mode == files ]] && ! have curl; then needed+=(curl); fi  # fetches each file once, for cmp
@@ -290,7 +342,7 @@ ensure_tools() {
     ensure_packages "${needed[@]}" || { say "error: the benchmark needs: ${needed[*]}" >&2; exit 1; }
   fi
   local command_name
-  for command_name in ab $([[ $tool == wrk ]] && echo wrk) $( ((reference)) && echo nginx) \
+  for command_name in ab python3 $([[ $tool == wrk ]] && echo wrk) $( ((reference)) && echo nginx) \
     $([[ $mode == files ]] && echo curl); do
     have "$command_name" || { say "error: $command_name is needed but not found in PATH" >&2; exit 1; }
   done
@@ -304,6 +356,7 @@ ensure_tools() {
 server_folder() { printf '%s' "${1%%:*}"; }
 server_binary() { printf '%s/%s/run_server' "$build_dir" "$(server_folder "$1")"; }
 client_binary() { printf '%s/benchmark/idle_conns' "$build_dir"; }
+open_loop_binary() { printf '%s/benchmark/openloop' "$build_dir"; }
 
 # The extra flags of a variant, one argument per line: 06-io_uring:--sqpoll=50:--fixed-files gives --sqpoll, 50,
 # --fixed-files. The servers take a flag's value as the next argument, and a spec cannot hold a space.
@@ -357,9 +410,13 @@ build_servers() {
       targets+=("$target")
     fi
   done
-  if [[ $mode == connections ]]; then
+  if [[ $mode == connections || $mode == idle ]]; then
     targets+=(idle_conns)
     binaries+=("$(client_binary)")
+  fi
+  if [[ $mode == latency ]]; then
+    targets+=(openloop)
+    binaries+=("$(open_loop_binary)")
   fi
   if ((!no_build && ${#targets[@]} > 0)); then
     if [[ ! -f $build_dir/CMakeCache.txt ]]; then
@@ -436,6 +493,7 @@ check_environment() {
       if ((value > max_c)); then max_c=$value; fi
     done
   fi
+  if [[ $mode == idle ]]; then max_c=$((max_c + $(max_of "${idle_counts[@]}"))); fi
   say "environment"
   say "  machine: $cpu_model, $cpu_count CPUs, $memory${virt:+, $virt VM}; $os; kernel $kernel"
   say "  commit: $commit; servers: $build_dir ($build_type)"
@@ -462,7 +520,7 @@ check_environment() {
 
   # The accept queue must hold every connection that arrives at once: idle_conns opens at most 500 at a time.
   local burst=$max_c
-  if [[ $mode == connections ]]; then burst=500; fi
+  if [[ $mode == connections || $mode == idle ]] && ((burst > 500)); then burst=500; fi
   value=$(cat /proc/sys/net/core/somaxconn)
   say "  net.core.somaxconn: $value (connections arriving at once: up to $burst)"
   if ((value < burst)); then
@@ -507,7 +565,7 @@ server_flags() {
   local flags=(--delay-us "$delay_us" --handler "$handler")
   case $1 in 04-* | 05-* | 06-* | 07-*) if [[ -n $threads ]]; then flags+=(--threads "$threads"); fi ;; esac
   # Held idle connections must outlive the measurement; the default idle timeout is 5 s.
-  if [[ $mode == connections ]]; then flags+=(--idle-timeout 600); fi
+  if [[ $mode == connections || $mode == idle ]]; then flags+=(--idle-timeout 600); fi
   if [[ $mode == files ]]; then flags+=(--root "$files_dir"); fi
   printf '%s\n' "${flags[@]}"
   variant_flags "$1"
@@ -578,6 +636,7 @@ start_nginx() {
   local dir=$TMP/nginx port user_line='' max_conns=1024 value prefix=() nginx_bin
   local counts=("${concurrencies[@]}")
   if [[ $mode == connections ]]; then counts=("${conn_counts[@]}"); fi
+  if [[ $mode == idle ]]; then counts=($(($(max_of "${idle_counts[@]}") + $(max_of "${concurrencies[@]}")))); fi
   for value in "${counts[@]}"; do
     if ((value + 1024 > max_conns)); then max_conns=$((value + 1024)); fi
   done
@@ -774,45 +833,27 @@ log_header() {  # $1: what ran; $2: the load command
     "$(now)" "$1" "$2" "$server_command" "$pinned" "$commit" "$kernel" "$cpu_model" "$cpu_count" >>"$log_file"
 }
 
-# Extracts one field from ab's output: ab_field 'Failed requests:' 3
-ab_field() { awk -v label="$1" -v n="$2" 'index($0, label) == 1 { print $n; exit }' "$TMP/run.out"; }
+# The analyser: parses the load tools' output, summarizes, makes the tables and the plot (see its first lines).
+analyse() { python3 "$SCRIPT_DIR/analyse.py" "$@"; }
 
-# Parses ab's or wrk's output in $TMP/run.out into: complete failed non2xx rps mean_ms p99_ms doc_length, and
-# for wrk with totals.lua (--mode files) bytes_read and mib_per_s.
+# Parses the load tool's output in $TMP/run.out (ab: and its percentile file, -e) into the variables complete
+# failed non2xx rps mean_ms p99_ms doc_length bytes_read mib_per_s. The analyser prints them on one line,
+# `complete=10000 failed=0 non2xx=0 rps=11862.96 ...`, n/a for what the output does not say; with wrk, from the
+# line that wrk_done.lua prints (exact counts, where wrk's own summary rounds them).
 parse_output() {
-  bytes_read=n/a mib_per_s=n/a
-  if [[ $tool == ab ]]; then
-    complete=$(ab_field 'Complete requests:' 3)
-    failed=$(ab_field 'Failed requests:' 3)
-    non2xx=$(ab_field 'Non-2xx responses:' 3)
-    rps=$(ab_field 'Requests per second:' 4)
-    mean_ms=$(ab_field 'Time per request:' 4)
-    doc_length=$(ab_field 'Document Length:' 3)
-    p99_ms=$(awk -F, '$1 == 99 { print $2 }' "$TMP/percentiles.csv" 2>/dev/null || true)
-  else
-    # wrk prints times with units (812.00us, 1.20ms, 1.01s): convert to ms.
-    read -r complete failed non2xx rps mean_ms p99_ms < <(awk '
-      function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0
-                       if (v ~ /m$/) return v * 60000; return v * 1000 }
-      $1 == "Latency" && mean == "" { mean = ms($2) }
-      $1 == "99%" { p99 = ms($2) }
-      $2 == "requests" && $3 == "in" { complete = $1 }
-      /Socket errors:/ { gsub(/,/, ""); errors = $4 + $6 + $8 + $10 }
-      /Non-2xx or 3xx responses:/ { non2xx = $5 }
-      $1 == "Requests/sec:" { rps = $2 }
-      function or_na(v) { return v == "" ? "n/a" : v }
-      END { printf "%d %d %d %s %s %s\n", complete, errors, non2xx, or_na(rps), or_na(mean), or_na(p99) }' "$TMP/run.out")
-    doc_length=$expected_length  # wrk does not report it; the ab warm-up (and in files mode curl) checked it
-    # wrk's own summary rounds the bytes ("1.02GB read"); totals.lua prints them exactly.
-    local totals
-    totals=$(awk '$1 == "psp-totals:" { print $2, $3 }' "$TMP/run.out")
-    if [[ $totals =~ ^bytes=([0-9]+)\ duration_us=([0-9]+)$ ]]; then
-      bytes_read=${BASH_REMATCH[1]}
-      mib_per_s=$(ratio "$bytes_read" "$(awk -v us="${BASH_REMATCH[2]}" 'BEGIN { print us / 1e6 * 1048576 }')" %.1f)
-    fi
-  fi
-  complete=${complete:-0} failed=${failed:-n/a} non2xx=${non2xx:-0}
-  rps=${rps:-n/a} mean_ms=${mean_ms:-n/a} p99_ms=${p99_ms:-n/a}
+  local line fields field
+  # Unknown until the line says (nothing of the previous run may survive).
+  complete=n/a failed=n/a non2xx=n/a rps=n/a mean_ms=n/a p99_ms=n/a doc_length=n/a bytes_read=n/a mib_per_s=n/a
+  line=$(analyse parse "$tool" "$TMP/run.out" --percentiles "$TMP/percentiles.csv")
+  read -ra fields <<<"$line"
+  for field in "${fields[@]}"; do
+    case ${field%%=*} in  # only these names: a line cannot set any other variable
+      complete | failed | non2xx | rps | mean_ms | p99_ms | doc_length | bytes_read | mib_per_s)
+        printf -v "${field%%=*}" '%s' "${field#*=}" ;;
+    esac
+  done
+  # wrk does not report the body length: the ab warm-up (and in files mode curl) checked it.
+  if [[ $tool == wrk ]]; then doc_length=$expected_length; fi
 }
 
 # The checks every run must pass; each failure is printed loudly and counted. Sets run_check.
@@ -831,7 +872,7 @@ check_run() {
     # Every complete response carried the whole file and a head (under 1 KiB); each of the c connections may
     # also have been part-way through one more when wrk stopped. Outside these bounds, wrong bytes came back.
     local low=$((complete * expected_length)) high=$(((complete + c) * (expected_length + 1024)))
-    if [[ $bytes_read == n/a ]]; then problems+=("no byte count from wrk (totals.lua)")
+    if [[ $bytes_read == n/a ]]; then problems+=("no byte count from wrk (wrk_done.lua)")
     elif ((bytes_read < low || bytes_read > high)); then
       problems+=("wrk read $bytes_read bytes for $complete responses of a $expected_length-byte file (expected $low to $high)")
     fi
@@ -850,10 +891,12 @@ load_command() {  # $1: concurrency, $2: requests (ab) -> fills the array `load_
     load_cmd=(ab -q -r -n "$2" -c "$1")
     if ((keepalive)); then load_cmd+=(-k); fi
   else
-    load_cmd=(wrk -t "$((wrk_threads < $1 ? wrk_threads : $1))" -c "$1" -d "$duration" --latency)
+    # wrk_done.lua prints wrk's exact counters on one line when the run is over, for parse_output.
+    load_cmd=(wrk -t "$((wrk_threads < $1 ? wrk_threads : $1))" -c "$1" -d "$duration" --latency
+      -s "$SCRIPT_DIR/wrk_done.lua")
     # Files: at 1,000 connections, 1,000 MiB are in flight, and fair sharing at about 1 GiB/s makes each answer
     # take about a second, near wrk's default limit of 2 s, past which it counts the request as a timeout error.
-    if [[ $mode == files ]]; then load_cmd+=(--timeout 10s -s "$TMP/totals.lua"); fi
+    if [[ $mode == files ]]; then load_cmd+=(--timeout 10s); fi
   fi
   load_cmd+=("http://127.0.0.1:$server_port$target_path")
 }
@@ -880,7 +923,7 @@ warm_up() {
 # One measured run at concurrency $2; appends a row to raw.csv.
 measure_run() {
   local name=$1 c=$2 rep=$3 status=0 limit cpu_before ctx_before perf_pids what
-  what="$name${target_file:+ $target_file} c=$c"
+  what="$name${target_file:+ $target_file}${idle_key:+ beside ${idle_key%%,*} idle} c=$c"
   load_command "$c" "$requests"
   say "  ${load_cmd[*]}"
   log_header "$what run $rep/$repeat" "${load_cmd[*]}"
@@ -890,7 +933,13 @@ measure_run() {
     # -e: the same percentiles as ab's table, which prints whole milliseconds, with decimals.
     wrapped=("${client_prefix[@]}" ab -e "$TMP/percentiles.csv" "${load_cmd[@]:1}")
   fi
-  if [[ $perf_state == ok ]]; then
+  # perf stat -p opens a counter per event and thread: 02 beside 10,000 idle connections has 10,000 threads,
+  # more counters than this process may open. Then this run goes without perf, and its columns say why.
+  local run_perf=$perf_state
+  if [[ $perf_state == ok ]] && (($(status_sum Threads:) * 3 + c + 64 > $(ulimit -Sn))); then
+    run_perf="n/a (too many threads for perf)"
+  fi
+  if [[ $run_perf == ok ]]; then
     perf_pids=$(IFS=,; echo "${server_pids[*]}")
     # With -p, perf counts only the server (and the threads it creates), for as long as the client runs.
     wrapped=(perf stat -x "," -e "$PERF_EVENTS" -p "$perf_pids" -o "$TMP/perf.txt" -- "${wrapped[@]}")
@@ -917,16 +966,16 @@ measure_run() {
   check_run "$what" "$status" "$expected" "$c"
 
   # Per request: CPU from /proc (clock ticks), context switches and syscalls from perf when it counted.
-  local ticks_per_s cpu_us iou_us ctx_per_req syscalls_per_req="$perf_state"
-  if [[ $perf_state == ok ]]; then syscalls_per_req=n/a; fi  # unless perf reports below
+  local ticks_per_s cpu_us iou_us ctx_per_req syscalls_per_req="$run_perf"
+  if [[ $run_perf == ok ]]; then syscalls_per_req=n/a; fi  # unless perf reports below
   ticks_per_s=$(getconf CLK_TCK)
   cpu_us=$(ratio "$(((cpu_after - cpu_before) * 1000000 / ticks_per_s))" "$complete" %.1f)
   iou_us=$(ratio "$(($(io_uring_ticks_between "$TMP/iou.before" "$TMP/iou.after") * 1000000 / ticks_per_s))" "$complete" %.1f)
   ctx_per_req=$(ratio $((ctx_after - ctx_before)) "$complete")
-  if [[ $perf_state == ok && -s $TMP/perf.txt ]]; then
+  if [[ $run_perf == ok && -s $TMP/perf.txt ]]; then
     ctx_per_req=$(ratio "$(awk -F, '$3 == "context-switches" { print $1 + 0 }' "$TMP/perf.txt")" "$complete")
     syscalls_per_req=$(ratio "$(awk -F, '$3 == "raw_syscalls:sys_enter" { print $1 + 0 }' "$TMP/perf.txt")" "$complete" %.1f)
-    { echo "--- perf stat of the server during this run"; grep -v '^#\|^$' "$TMP/perf.txt"; } >>"$log_file"
+    { echo "--- perf stat of the server during this run"; grep -v '^#\|^$' "$TMP/perf.txt" || true; } >>"$log_file"
   fi
   local bytes_per_req
   bytes_per_req=$(ratio "$bytes_read" "$complete" %.0f)
@@ -947,23 +996,25 @@ measure_run() {
   if [[ $mode == files ]]; then
     echo "$name,$target_file,$c,$rep,$rps,$mib_per_s,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$bytes_per_req,$cpu_us,$iou_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
   else
-    echo "$name,$c,$rep,$rps,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$cpu_us,$iou_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
+    echo "$name${idle_key:+,$idle_key},$c,$rep,$rps,$mean_ms,$p99_ms,$complete,$failed,$non2xx,$cpu_us,$iou_us,$ctx_per_req,$syscalls_per_req,$peak_rss,$peak_threads,$run_check" >>"$raw_csv"
   fi
 }
 
 # raw.csv's columns, by mode. The summary keeps the columns before `repetition` as the row's key, takes the
 # median of the others over the repetitions, and sums failed + non2xx into `failures`.
 RAW_THROUGHPUT=server,concurrency,repetition,requests_per_s,mean_ms,p99_ms,complete,failed,non2xx,cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check
+RAW_IDLE=server,idle,keepalive,${RAW_THROUGHPUT#server,}
 RAW_FILES=server,file,connections,repetition,requests_per_s,mib_per_s,mean_ms,p99_ms,complete,failed,non2xx,bytes_per_req,cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check
 
-# A raw.csv row for a run that could not be made (the server did not start, or served the wrong bytes).
-failed_row() {  # $1: server, $2: concurrency, $3: repetition, $4: why
-  local row="$1,$2,$3" columns filled i
+# A raw.csv row for a run that could not be made (the server did not start, or served the wrong bytes; or, with
+# the prefix "not run: ", it is past the server's limit, which is no failure).
+failed_row() {  # $1: server, $2: concurrency, $3: repetition, $4: why, [$5: the check's prefix]
+  local row="$1${idle_key:+,$idle_key},$2,$3" columns filled i
   if [[ $mode == files ]]; then row="$1,$target_file,$2,$3"; fi
   IFS=, read -ra columns < <(head -1 "$raw_csv")
   IFS=, read -ra filled <<<"$row"
   for ((i = ${#filled[@]}; i < ${#columns[@]} - 1; i++)); do row+=",n/a"; done
-  echo "$row,FAILED: ${4//,/}" >>"$raw_csv"
+  echo "$row,${5-FAILED: }${4//,/}" >>"$raw_csv"
 }
 
 # The targets of a run: in throughput mode "/" (the fixed 1 KB answer); in files mode one per file.
@@ -989,12 +1040,6 @@ make_files() {
   printf '<!doctype html>\n<title>benchmark files</title>\n<p>%s</p>\n' "${FILES[*]}" >"$files_dir/index.html"
   chmod 755 "$files_dir"  # nginx's workers, as nobody when we are root, must read them
   chmod 644 "$files_dir"/*
-  # wrk's own summary rounds the bytes it read ("1.02GB read"); this prints them exactly, once, at the end.
-  cat >"$TMP/totals.lua" <<'EOF'
-done = function(summary, latency, requests)
-  io.write(string.format("psp-totals: bytes=%d duration_us=%d\n", summary.bytes, summary.duration))
-end
-EOF
 }
 
 # Fetches a path once and compares the body with the file, byte for byte. Prints what is wrong and returns 1.
@@ -1143,6 +1188,222 @@ record_connection_cost() {
   echo "$name,$n,${r[held]:-},${r[refused]:-},${r[closed]:-},${r[blocked]:-},${r[dropped]:-},${r[rss_kib_per_conn]:-},${r[threads_per_conn]:-},${r[fds_per_conn]:-},${r[probe_ok]:-},${r[probe_refused]:-},${r[probe_timeout]:-},${r[probe_median_ms]:-},${r[probe_max_ms]:-},${r[after_status]:-},$check" >>"$raw_csv"
 }
 
+# ---- The idle-population mode --------------------------------------------------------------------------
+
+# For each N: a fresh server, N idle keep-alive connections held by idle_conns --hold, then the busy clients
+# (ab -c C, without and with -k) beside them, measured by the same measure_run as the throughput mode. A server
+# that cannot hold all N (it refused some or left some unanswered: 03 past FD_SETSIZE, 01 and 04 with one
+# connection per thread) gets rows that say so, and no failed check: that is its limit, not a fault.
+idle_key=  # "N,no" or "N,yes": the idle count and keep-alive, the key columns measure_run adds to its row
+
+idle_population() {
+  local name=$1 rep=$2 n ka c started pass="" limit
+  client_prefix=()
+  pinned=no
+  if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
+  if ((repeat > 1)); then pass=" (run $rep/$repeat)"; fi
+  say ""
+  say "== $name$pass"
+  for n in "${idle_counts[@]}"; do
+    keepalive=0
+    started=0
+    start_problem=
+    if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+    limit=
+    if ((!started)); then
+      fail_check "$name ${start_problem:-did not start}"
+    else
+      say "  $server_command on port $server_port (pid ${server_pids[*]})"
+      warm_up "$name"
+      if ((n > 0)) && ! hold_idle "$n"; then limit=$hold_problem; fi
+    fi
+    for ka in no yes; do
+      keepalive=0
+      if [[ $ka == yes ]]; then keepalive=1; fi
+      idle_key=$n,$ka
+      for c in "${concurrencies[@]}"; do
+        progress=$((progress + 1))
+        say "[$progress/$total_runs] $name beside $n idle connections, c=$c$( ((keepalive)) && echo ", keep-alive")$pass"
+        if ((!started)); then failed_row "$name" "$c" "$rep" "${start_problem:-did not start}"
+        elif [[ -n $limit ]]; then say "  not run: $limit"; failed_row "$name" "$c" "$rep" "$limit" "not run: "
+        else measure_run "$name" "$c" "$rep"; fi
+      done
+    done
+    idle_key=
+    keepalive=0
+    release_idle "$name" "$n"
+    stop_server
+  done
+}
+
+# Starts idle_conns --hold against the running server and waits for its `holding ...` line. Returns 1 and sets
+# hold_problem when the server did not hold all N (its limit), or idle_conns could not run (a failed check).
+holder_pid=
+hold_idle() {
+  local n=$1 line="" key deadline=$((SECONDS + 120 + $1 / 20))
+  local -A r=()
+  hold_problem=
+  rm -f "$TMP/hold.out"  # the loop below must not read an earlier holder's line
+  # One probe: a new client, timed, beside the held connections. No answer within 2 s means the server serves
+  # nobody else while they are held (01 serves one connection at a time): ab would only time out.
+  "$(client_binary)" --port "$server_port" --connections "$n" --pid "$server_pid" --probes 1 --hold \
+    >"$TMP/hold.out" 2>"$TMP/hold.err" &
+  holder_pid=$!
+  while ((SECONDS < deadline)) && kill -0 "$holder_pid" 2>/dev/null; do
+    if [[ -s $TMP/hold.out ]]; then IFS= read -r line <"$TMP/hold.out" || true; fi
+    if [[ $line == holding* ]]; then break; fi
+    sleep 0.1
+  done
+  if [[ $line != holding* ]]; then
+    hold_problem="idle_conns could not hold $n connections: $(head -1 "$TMP/hold.err")"
+    fail_check "$name: $hold_problem"
+    return 1
+  fi
+  for key in ${line#holding }; do r[${key%%=*}]=${key#*=}; done
+  say "  holding ${r[held]} of $n idle connections (refused ${r[refused]}, closed ${r[closed]}, unanswered ${r[blocked]}; set up in ${r[setup_s]} s); a new client: ${r[probe]}"
+  if ((r[held] < n)); then
+    hold_problem="it held ${r[held]} of $n idle connections (refused ${r[refused]}, closed ${r[closed]}, unanswered ${r[blocked]})"
+    return 1
+  fi
+  if [[ ${r[probe]} != 200 ]]; then
+    hold_problem="a new client got no answer beside $n idle connections"
+    return 1
+  fi
+}
+
+# Stops the holder (SIGTERM: it releases the connections with resets) and checks what it saw meanwhile: none of
+# the held connections closed by the server, and the server still serving a new client afterwards.
+release_idle() {
+  local name=$1 n=$2 line key
+  local -A r=()
+  if [[ -z $holder_pid ]]; then return 0; fi
+  kill -TERM "$holder_pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 30))
+  while kill -0 "$holder_pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  kill -KILL "$holder_pid" 2>/dev/null || true
+  wait "$holder_pid" 2>/dev/null || true
+  holder_pid=
+  cat "$TMP/hold.out" "$TMP/hold.err" >>"$log_file"
+  line=$(tail -1 "$TMP/hold.out")
+  for key in $line; do r[${key%%=*}]=${key#*=}; done
+  if [[ -z ${r[dropped]:-} ]]; then fail_check "$name beside $n idle: idle_conns did not finish: $(head -1 "$TMP/hold.err")"; return 0; fi
+  ((r[dropped] == 0)) || fail_check "$name beside $n idle: it closed ${r[dropped]} of the held connections during the runs"
+  ((r[after_status] == 200)) || fail_check "$name beside $n idle: no answer to a new client after the connections were released"
+}
+
+# ---- The latency mode -------------------------------------------------------------------------------------
+
+# Offered loads, as fractions of the capacity ab measures, when --rates gives none: from light load, through the
+# knee, to overload, where the queue (and the corrected latency) grows for as long as the run lasts.
+LATENCY_FRACTIONS=(0.1 0.25 0.5 0.7 0.8 0.9 1.0 1.1 1.25 1.5)
+RAW_LATENCY=server,rate,repetition,requests_per_s,load_pct,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,mean_ms,u_p99_ms,u_p999_ms,complete,failed,non2xx,cpu_us_per_req,gen_lag_p99_ms,check
+declare -A rates_of=()  # server -> its rates, measured in the first repetition and kept for the others
+declare -A capacity_of=()
+
+# One server: start it, warm it up, measure its capacity (first repetition, unless --rates), then offer each
+# rate for --duration, in increasing order, with a second's rest between them for the backlog of an overload
+# to drain.
+latency_server() {
+  local name=$1 rep=$2 rate pass="" started=0 c=${concurrencies[0]}
+  client_prefix=()
+  pinned=no
+  if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
+  if ((repeat > 1)); then pass=" (run $rep/$repeat)"; fi
+  say ""
+  say "== $name$pass"
+  start_problem=
+  if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+  if ((started)); then
+    say "  $server_command on port $server_port (pid ${server_pids[*]})"
+    warm_up "$name"
+    if [[ -z ${rates_of[$name]:-} ]]; then measure_capacity "$name" "$c"; fi
+  fi
+  if ((!started)) || [[ -z ${rates_of[$name]:-} ]]; then
+    fail_check "$name ${start_problem:-did not start}"
+    progress=$((progress + rate_count))
+    stop_server
+    return 0
+  fi
+  for rate in ${rates_of[$name]}; do
+    progress=$((progress + 1))
+    say "[$progress/$total_runs] $name at $rate req/s$pass"
+    latency_run "$name" "$rate" "$rep" "$c"
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      say "  $name died; skipping its remaining rates in this pass" >&2
+      break
+    fi
+    sleep 1
+  done
+  stop_server
+}
+
+# Capacity: what ab, closed loop, gets from the server with C connections (a new one per request, or -k).
+# Sets rates_of[NAME] from --rates, or from the fractions of the capacity, rounded to 10 req/s.
+measure_capacity() {
+  local name=$1 c=$2 status=0 fraction list=""
+  load_cmd=(ab -q -r -n "$requests" -c "$c")
+  if ((keepalive)); then load_cmd+=(-k); fi
+  load_cmd+=("http://127.0.0.1:$server_port/")
+  say "  capacity: ${load_cmd[*]}"
+  log_header "$name capacity" "${load_cmd[*]}"
+  run_client $((60 + requests / 50)) "$TMP/run.out" "$TMP/run.out" "${client_prefix[@]}" "${load_cmd[@]}" || status=$?
+  cat "$TMP/run.out" >>"$log_file"
+  parse_output
+  check_run "$name capacity" "$status" "$requests"
+  if [[ $run_check != ok || $rps == n/a ]]; then return 0; fi
+  capacity_of[$name]=${rps%.*}
+  if ((${#rates[@]} > 0)); then
+    rates_of[$name]="${rates[*]}"
+  else
+    for fraction in "${LATENCY_FRACTIONS[@]}"; do
+      list+=" $(awk -v r="$rps" -v f="$fraction" 'BEGIN { v = int(r * f / 10 + 0.5) * 10; print (v < 10) ? 10 : v }')"
+    done
+    rates_of[$name]=${list# }
+  fi
+  say "  capacity ${capacity_of[$name]} req/s; offered loads: ${rates_of[$name]} req/s"
+}
+
+# One rate: openloop for --duration, the server's CPU read from /proc around it; appends a row to raw.csv.
+latency_run() {
+  local name=$1 rate=$2 rep=$3 c=$4 status=0 line key cpu_before cpu_after problems=()
+  local -A r=()
+  local cmd=("$(open_loop_binary)" --port "$server_port" --rate "$rate" --duration "$duration_s"
+    --connections "$c" --expect-length "$BODY_BYTES")
+  if ((!keepalive)); then cmd+=(--new-conn); fi
+  say "  ${cmd[*]##*/}"
+  log_header "$name rate=$rate run $rep/$repeat" "${cmd[*]}"
+  cpu_before=$(cpu_ticks)
+  run_client $((duration_s + 60)) "$TMP/run.out" "$TMP/run.err" "${client_prefix[@]}" "${cmd[@]}" || status=$?
+  cpu_after=$(cpu_ticks)
+  cat "$TMP/run.out" "$TMP/run.err" >>"$log_file"
+  line=$(tail -1 "$TMP/run.out")
+  for key in $line; do r[${key%%=*}]=${key#*=}; done
+  # Past its capacity a server may time out or drop requests: that is what this mode shows, counted in the
+  # failures column, not a failed check. A wrong answer, a dead server or a generator that failed is one.
+  if ((status != 0)) || [[ -z ${r[completed]:-} ]]; then
+    problems+=("openloop failed (status $status): $(head -1 "$TMP/run.err")")
+  else
+    ((r[bad_status] == 0)) || problems+=("${r[bad_status]} answers were not 200")
+    ((r[bad_length] == 0)) || problems+=("${r[bad_length]} answers had a body other than $BODY_BYTES bytes")
+    if ((r[fell_behind])); then
+      warn "$name at $rate req/s: openloop fell behind its schedule (its own lag p99 ${r[gen_lag_p99_ms]} ms; on a CPU ${r[gen_cpu_pct]} % of the run, waiting for one ${r[gen_wait_pct]} %): the latencies there include the generator's lateness"
+    fi
+    say "  achieved ${r[achieved_rps]} req/s; latency from the intended send time p50 ${r[p50_ms]} p99 ${r[p99_ms]} p99.9 ${r[p999_ms]} max ${r[max_ms]} ms; from the actual send p99 ${r[u_p99_ms]} ms; ${r[errors]} errors, ${r[timeouts]} timeouts"
+  fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then problems+=("the server died"); fi
+  local check=ok problem failed=n/a cpu_us=n/a load_pct=n/a
+  if ((${#problems[@]} > 0)); then
+    for problem in "${problems[@]}"; do fail_check "$name at $rate req/s: $problem"; done
+    check="FAILED: $(IFS=';'; echo "${problems[*]//,/}")"
+  fi
+  if [[ -n ${r[completed]:-} ]]; then
+    failed=$((r[scheduled] - r[completed]))  # errors, timeouts, and what could not even be sent
+    cpu_us=$(ratio "$(((cpu_after - cpu_before) * 1000000 / $(getconf CLK_TCK)))" "${r[completed]}" %.1f)
+  fi
+  if [[ -n ${capacity_of[$name]:-} ]]; then load_pct=$(ratio $((rate * 100)) "${capacity_of[$name]}" %.0f); fi
+  echo "$name,$rate,$rep,${r[achieved_rps]:-n/a},$load_pct,${r[p50_ms]:-n/a},${r[p90_ms]:-n/a},${r[p99_ms]:-n/a},${r[p999_ms]:-n/a},${r[max_ms]:-n/a},${r[mean_ms]:-n/a},${r[u_p99_ms]:-n/a},${r[u_p999_ms]:-n/a},${r[completed]:-0},$failed,${r[bad_status]:-0},$cpu_us,${r[gen_lag_p99_ms]:-n/a},$check" >>"$raw_csv"
+}
+
 # ---- 5. The summary -----------------------------------------------------------------------------------------
 
 # raw.csv -> summary.csv, in any mode whose raw.csv has a `repetition` column: the columns before it are the
@@ -1150,181 +1411,25 @@ record_connection_cost() {
 # the repetitions (an even count takes the mean of the middle two); for req/s also the min, the max, the
 # spread as (max - min) / median, and vs_nginx, the ratio to the nginx row with the same key (same
 # concurrency, same file); failed + non2xx summed over all runs as `failures`; the first failed check.
-summarize_runs() {
-  awk -F, '
-    BEGIN { CONVFMT = OFMT = "%.10g" }  # (no 1.0489e+06 when a median is the mean of two)
-    function median(list,   v, n, i, j, t) {
-      n = split(list, v, "|")
-      if (n == 0 || v[1] !~ /^[0-9.]+$/) return v[1]  # "n/a", or "n/a (why)"
-      for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j > 0 && v[j] + 0 > t + 0; j--) v[j + 1] = v[j]; v[j + 1] = t }
-      return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
-    NR == 1 {
-      for (i = 1; i <= NF; i++) { name[i] = $i; column[$i] = i }
-      rep = column["repetition"]; rps = column["requests_per_s"]; failed = column["failed"]; non2xx = column["non2xx"]
-      last = NF  # check
-      header = $1
-      for (i = 2; i < rep; i++) header = header "," $i
-      header = header ",runs"
-      for (i = rep + 1; i < last; i++) {
-        if (i == rps) header = header ",requests_per_s,rps_min,rps_max,spread_pct,vs_nginx"
-        else if (i == failed) header = header ",failures"
-        else if (name[i] != "complete" && i != non2xx) header = header "," name[i]
-      }
-      print header ",check"
-      next
-    }
-    {
-      level = ""
-      for (i = 2; i < rep; i++) level = level "," $i
-      key = $1 level
-      if (!(key in runs)) { order[++groups] = key; server[key] = $1; level_of[key] = level }
-      runs[key]++
-      for (i = rep + 1; i < last; i++) values[key, i] = (runs[key] == 1) ? $i : values[key, i] "|" $i
-      fails[key] += ($failed ~ /^[0-9]+$/ ? $failed : 0) + ($non2xx ~ /^[0-9]+$/ ? $non2xx : 0)
-      if ($last != "ok") { bad[key]++; if (!(key in why)) why[key] = $last }
-      if ($rps != "n/a") {
-        if (!(key in lo) || $rps + 0 < lo[key]) lo[key] = $rps + 0
-        if (!(key in hi) || $rps + 0 > hi[key]) hi[key] = $rps + 0
-      }
-    }
-    END {
-      for (g = 1; g <= groups; g++) {
-        k = order[g]; m[k] = median(values[k, rps])
-        if (server[k] == "nginx") reference[level_of[k]] = m[k]
-      }
-      for (g = 1; g <= groups; g++) {
-        k = order[g]
-        spread = (m[k] != "n/a" && m[k] > 0 && runs[k] > 1) ? sprintf("%.1f", (hi[k] - lo[k]) * 100 / m[k]) : "n/a"
-        ref = reference[level_of[k]]
-        versus = (m[k] ~ /^[0-9.]+$/ && ref ~ /^[0-9.]+$/ && ref > 0) ? sprintf("%.2f", m[k] / ref) : "n/a"
-        check = bad[k] ? (bad[k] == runs[k] ? why[k] : why[k] " (" bad[k] " of " runs[k] " runs)") : "ok"
-        line = k "," runs[k]
-        for (i = rep + 1; i < last; i++) {
-          if (i == rps) line = line "," m[k] "," (k in lo ? lo[k] : "n/a") "," (k in hi ? hi[k] : "n/a") "," spread "," versus
-          else if (i == failed) line = line "," fails[k]
-          else if (name[i] != "complete" && i != non2xx) line = line "," median(values[k, i])
-        }
-        print line "," check
-      }
-    }' "$raw_csv"
-}
+summarize_runs() { analyse summarize "$raw_csv"; }  # (the rules, in Python: analyse.py's summarize)
 
-# summary.csv -> a Markdown table. $1: the columns shown, each `csv_column:heading:format` (a space in a heading
-# is written _). Formats: a printf format; `text` (as is, left-aligned); `server` (nginx gets "(reference)");
-# `pct` (the spread, – for one run); `ratio` (vs nginx, – without it); `mib` (KiB shown in MiB).
-markdown_table() {
-  awk -F, -v list="$1" '
-    function cell(v, f) {
-      if (f == "server") return (v == "nginx") ? "nginx (reference)" : v
-      if ((f == "pct" || f == "ratio") && v ~ /^n\/a/) return "–"
-      if (f == "text" || v == "" || v ~ /^n\/a/) return v
-      if (f == "pct") return v "%"
-      if (f == "ratio") return sprintf("%.2f", v)
-      if (f == "mib") return sprintf("%.1f", v / 1024)
-      return sprintf(f, v)
-    }
-    NR == 1 {
-      n = split(list, item, " ")
-      heading = "|"; align = "|"
-      for (i = 1; i <= n; i++) {
-        split(item[i], part, ":"); fmt[i] = part[3]; col[i] = 0
-        for (j = 1; j <= NF; j++) if ($j == part[1]) col[i] = j
-        if (!col[i]) { print "markdown_table: no column " part[1] > "/dev/stderr"; exit 1 }
-        gsub(/_/, " ", part[2])
-        heading = heading " " part[2] " |"
-        align = align ((fmt[i] == "text" || fmt[i] == "server") ? "---|" : "---:|")
-      }
-      print heading; print align
-      next
-    }
-    {
-      line = "|"
-      for (i = 1; i <= n; i++) line = line " " cell($col[i], fmt[i]) " |"
-      print line
-    }' "$summary_csv"
-}
+# The Markdown tables of summary.md. Each mode's columns (CSV column, heading, format) are a list in analyse.py's
+# TABLES: a new mode adds its list there and a function here.
+throughput_table() { analyse table throughput "$summary_csv" --tool "$tool"; }  # with wrk, "connections" for c
+files_table() { analyse table files "$summary_csv"; }
+connection_table() { analyse table connections "$raw_csv"; }  # from raw.csv: one run per row, nothing to summarize
+idle_table() { analyse table idle "$summary_csv"; }
+latency_table() { analyse table latency "$summary_csv"; analyse knee "$summary_csv" --target "$p99_target"; }
 
-throughput_table() {
-  local unit=c
-  if [[ $tool == wrk ]]; then unit=connections; fi
-  markdown_table "server:server:server concurrency:$unit:%s requests_per_s:req/s:%.0f vs_nginx:vs_nginx:ratio
-    spread_pct:spread:pct mean_ms:mean_ms:%.3f p99_ms:p99_ms:%.2f failures:failures:%s
-    cpu_us_per_req:CPU_µs/req:%.1f ctxsw_per_req:ctx_sw/req:%.2f syscalls_per_req:syscalls/req:%.1f
-    peak_rss_kib:peak_RSS_MiB:mib peak_threads:peak_threads:%.0f check:check:text"
-}
 
-files_table() {
-  markdown_table "server:server:server file:file:text connections:connections:%s requests_per_s:req/s:%.0f
-    mib_per_s:MiB/s:%.0f vs_nginx:vs_nginx:ratio spread_pct:spread:pct mean_ms:mean_ms:%.3f p99_ms:p99_ms:%.2f
-    failures:failures:%s cpu_us_per_req:CPU_µs/req:%.1f ctxsw_per_req:ctx_sw/req:%.2f
-    syscalls_per_req:syscalls/req:%.1f peak_rss_kib:peak_RSS_MiB:mib check:check:text"
-}
-
-connection_table() {  # raw.csv of the connection mode -> Markdown
-  awk -F, '
-    NR == 1 {
-      print "| server | connections | held | refused | blocked | dropped | RSS KiB/conn | threads/conn | fds/conn | new client ms (median / max) | after release | check |"
-      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
-      next
-    }
-    {
-      name = ($1 == "nginx") ? "nginx (reference)" : $1
-      refused = ($4 == "") ? "" : $4 + $5
-      probe = ($12 + $13 > 0 && $11 == 0) ? ($13 > 0 ? "no answer" : "refused") : $14 " / " $15
-      after = ($16 == "") ? "" : ($16 == 200 ? "served" : "NOT served")
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, $2, $3, refused, $6, $7, $8, $9, $10,
-        probe, after, $17
-    }' "$raw_csv"
-}
-
-# Two panels, req/s and p99 against concurrency (log scale), one line per server; SVG and PNG.
+# Two panels, req/s and p99 against concurrency (log scale), one line per server; SVG and PNG. The analyser
+# writes plot.dat and runs gnuplot, and prints what went wrong, one line each: warnings.
 plot_results() {
   if ! have gnuplot; then return 0; fi
-  local data=$results_dir/plot.dat index=0 name plots_rps=() plots_p99=() label
-  : >"$data"
-  for name in "${servers[@]}"; do
-    # concurrency, req/s and p99 of this server's rows, found by their column names in summary.csv
-    awk -F, -v s="$name" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-      $1 == s && $col["requests_per_s"] != "n/a" { print $2, $col["requests_per_s"], $col["p99_ms"] }' \
-      "$summary_csv" >"$TMP/plot.rows"
-    if [[ ! -s $TMP/plot.rows ]]; then continue; fi  # did not start: nothing to draw
-    { cat "$TMP/plot.rows"; printf '\n\n'; } >>"$data"
-    label=$name
-    if [[ $name == nginx ]]; then label="nginx (reference)"; fi
-    plots_rps+=("'$data' index $index using 1:2 with linespoints title '$label'")
-    plots_p99+=("'$data' index $index using 1:3 with linespoints title '$label'")
-    index=$((index + 1))
-  done
-  if ((index == 0)); then return 0; fi
-  local x_label=concurrency
-  if [[ $tool == wrk ]]; then x_label="connections"; fi
-  local terminal
-  for terminal in "svg size 1200,500 dynamic" "pngcairo size 1200,500"; do
-    local extension=svg
-    if [[ $terminal == png* ]]; then extension=png; fi
-    gnuplot 2>>"$TMP/gnuplot.err" <<EOF || warn "gnuplot could not draw the $extension plot: $(head -1 "$TMP/gnuplot.err")"
-set terminal $terminal noenhanced
-set colorsequence podo
-set output '$results_dir/plot.$extension'
-set multiplot layout 1,2 title "$plot_title"
-set logscale x
-set xrange [0.8:*]
-set xlabel '$x_label'
-set bmargin 8
-set key below maxrows 3
-set grid
-set ylabel 'requests per second'
-set yrange [0:*]
-plot $(IFS=,; echo "${plots_rps[*]}")
-set ylabel 'p99 latency (ms)'
-set logscale y
-set yrange [*:*]
-unset key
-plot $(IFS=,; echo "${plots_p99[*]}")
-unset multiplot
-EOF
-  done
+  local problem
+  while IFS= read -r problem; do warn "$problem"; done < <(
+    analyse plot "$summary_csv" "$results_dir" --mode "$mode" --tool "$tool" --title "$plot_title" \
+      --target "$p99_target")
 }
 
 write_summary() {
@@ -1332,6 +1437,17 @@ write_summary() {
   if [[ $tool == wrk ]]; then load_desc="wrk, $duration per run, keep-alive, $wrk_threads client thread(s), --latency"
   else load_desc="ab, $requests requests per run, $( ((keepalive)) && echo "keep-alive (-k)" || echo "a new connection per request")"; fi
   if [[ $mode == connections ]]; then load_desc="idle_conns: N idle keep-alive connections, then 5 new clients timed"; fi
+  if [[ $mode == idle ]]; then
+    load_desc="ab, $requests requests per run, -c ${concurrencies[*]}, a new connection per request and keep-alive (-k), beside N idle keep-alive connections that idle_conns --hold opened first (each answered once, then silent)"
+  fi
+  if [[ $mode == latency ]]; then
+    local c=${concurrencies[0]} how="a new connection per request, at most ${concurrencies[0]} at once" k=""
+    if ((keepalive)); then how="keep-alive on $c connections" k=" -k"; fi
+    load_desc="openloop, $duration_s s per offered rate, $how; requests sent on a fixed schedule, latency measured from each one's intended send time (the closed-loop view: from its actual send); capacity measured first with ab -n $requests -c $c$k; knee: the highest rate whose p99 stays under $p99_target ms"
+  fi
+  local counted_by="perf stat -p"
+  if [[ $perf_state != ok ]]; then counted_by=$perf_state; fi
+  if [[ $mode == latency ]]; then counted_by="not counted in this mode"; fi
   for entry in "${FILES[@]}"; do files_desc+="${files_desc:+, }${entry%%:*} (${entry#*:} bytes)"; done
   {
     echo "# Benchmark: $mode, $start_time to $(date '+%H:%M:%S %Z')"
@@ -1345,9 +1461,9 @@ write_summary() {
       echo "- Files: $files_desc, in one folder made for the run; before its runs, each server's answer for each file (and for /, its index.html) is fetched once with curl and compared with cmp, and every run checks the bytes wrk read"
     fi
     if [[ $mode != connections ]]; then
-      echo "- Repetitions: $repeat per server and $( [[ $mode == files ]] && echo "file and connection count" || echo concurrency); the table gives the median of each column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by nginx's in the same run"
-      echo "- Server flags: $( [[ $mode == files ]] && echo "--root DIR ")--delay-us $delay_us --handler $handler${threads:+ --threads $threads}; pinning: $( ((pin)) && echo "single-threaded servers on CPU 0, client on CPU 1" || echo off)"
-      echo "- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads included), context switches and syscalls: $( [[ $perf_state == ok ]] && echo "perf stat -p" || echo "$perf_state")"
+      echo "- Repetitions: $repeat per server and $(case $mode in files) echo "file and connection count" ;; idle) echo "idle count, keep-alive and concurrency" ;; latency) echo "offered rate" ;; *) echo concurrency ;; esac); the table gives the median of each column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by nginx's in the same run"
+      echo "- Server flags: $( [[ $mode == files ]] && echo "--root DIR ")--delay-us $delay_us --handler $handler${threads:+ --threads $threads}$( [[ $mode == idle ]] && echo " --idle-timeout 600"); pinning: $( ((pin)) && echo "single-threaded servers on CPU 0, client on CPU 1" || echo off)"
+      echo "- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads included), context switches and syscalls: $counted_by"
     else
       echo "- Server flags: --delay-us $delay_us --handler $handler${threads:+ --threads $threads} --idle-timeout 600"
     fi
@@ -1367,6 +1483,8 @@ write_summary() {
       throughput) throughput_table ;;
       files) files_table ;;
       connections) connection_table ;;
+      idle) idle_table ;;
+      latency) latency_table ;;
     esac
     echo
     if ((${#warnings[@]} > 0)); then
@@ -1411,6 +1529,24 @@ main() {
     for name in "${servers[@]}"; do connection_cost "$name"; done
     cp "$raw_csv" "$summary_csv"
     write_summary
+  elif [[ $mode == latency ]]; then
+    echo "$RAW_LATENCY" >"$raw_csv"
+    rate_count=${#rates[@]}
+    if ((rate_count == 0)); then rate_count=${#LATENCY_FRACTIONS[@]}; fi
+    total_runs=$((${#servers[@]} * rate_count * repeat))
+    for ((rep = 1; rep <= repeat; rep++)); do
+      for name in "${servers[@]}"; do latency_server "$name" "$rep"; done
+    done
+    summarize_runs >"$summary_csv"
+    write_summary
+  elif [[ $mode == idle ]]; then
+    echo "$RAW_IDLE" >"$raw_csv"
+    total_runs=$((${#servers[@]} * ${#idle_counts[@]} * 2 * ${#concurrencies[@]} * repeat))
+    for ((rep = 1; rep <= repeat; rep++)); do
+      for name in "${servers[@]}"; do idle_population "$name" "$rep"; done
+    done
+    summarize_runs >"$summary_csv"
+    write_summary
   else
     set_targets
     if [[ $mode == files ]]; then
@@ -1427,11 +1563,12 @@ main() {
     write_summary
     if [[ $mode == throughput ]]; then plot_results; fi
   fi
+  if [[ $mode == idle || $mode == latency ]]; then plot_results; fi
 
   say ""
   sed -n '/^| /p' "$results_dir/summary.md"
   say ""
-  say "results: $results_dir (summary.md, summary.csv, raw.csv$(have gnuplot && [[ $mode == throughput ]] && echo ", plot.svg, plot.png"))"
+  say "results: $results_dir (summary.md, summary.csv, raw.csv$(have gnuplot && [[ $mode =~ ^(throughput|idle|latency)$ ]] && echo ", plot.svg, plot.png"))"
   say "full outputs appended to $log_file"
   if ((failures > 0)); then
     say "FAILED: $failures check(s) failed; see above and the check column" >&2

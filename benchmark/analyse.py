@@ -1,0 +1,796 @@
+#!/usr/bin/env python3
+"""analyse.py: what benchmark.sh does with the numbers once a load tool has run.
+
+benchmark.sh drives the benchmark (it builds, starts and stops the servers, runs ab or wrk, reads the servers'
+CPU time from /proc) and calls this script for everything that is arithmetic or formatting:
+
+  analyse.py parse ab RUN_OUT [--percentiles CSV]   one run's figures, on one line of key=value (parse_output)
+  analyse.py parse wrk RUN_OUT                       the same from wrk, read from the line of wrk_done.lua
+  analyse.py summarize RAW_CSV                       raw.csv -> summary.csv, the median of the repetitions
+  analyse.py table KIND CSV [--tool wrk]             summary.csv (connections: raw.csv) -> a Markdown table
+  analyse.py table custom CSV --columns SPEC         a table with ad-hoc columns (markdown_table's SPEC)
+  analyse.py plot SUMMARY_CSV DIR --title T [--tool wrk]   DIR/plot.dat, and plot.svg and plot.png by gnuplot
+
+Python 3 standard library only; unit tests in test_analyse.py (`python3 -m unittest -v test_analyse`).
+
+The summary used to be computed in awk, and its output must not change, byte for byte: summary.csv files are
+compared across runs and quoted in the chapters. So the numbers are turned into text the way awk turns them
+(see awk_text), and the median keeps a value as it was written in raw.csv whenever it is one of the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from typing import Callable, NamedTuple, Union
+
+# ---- Text in, text out -------------------------------------------------------------------------------------
+# Files are read and written byte for byte: UTF-8, and any byte that is not UTF-8 carried through unchanged
+# (surrogateescape) rather than refused, whatever the locale says.
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as file:
+        return file.read()
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a CSV file, without their line ends; blank lines are left out (raw.csv has none). A file
+    without even a header is an error."""
+    lines = [line for line in read_text(path).split("\n") if line != ""]
+    if not lines:
+        raise ValueError(f"{path} is empty")
+    return lines
+
+
+def write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as file:
+        file.write(text)
+
+
+def print_lines(lines: list[str]) -> None:
+    sys.stdout.buffer.write("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
+    sys.stdout.flush()
+
+
+# ---- Numbers as awk reads and writes them -------------------------------------------------------------------
+
+# What awk's `value + 0` reads: the longest number at the start of the text ("12 ms" is 12, "n/a" is 0).
+LEADING_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
+# A value that awk compares as a number rather than as text: nothing but a number, blanks around it allowed.
+NUMERIC_TEXT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*", re.ASCII)
+# A count of requests in raw.csv ("n/a" when the run could not be made).
+COUNT = re.compile(r"[0-9]+")
+# What the summary treats as a measured figure (as opposed to "n/a", "n/a (perf missing)" or ""): digits and dots.
+FIGURE = re.compile(r"[0-9.]+")
+
+Value = Union[str, float]  # a value as written in a CSV file, or one computed here
+
+
+def awk_number(value: Value) -> float:
+    """The number a CSV value stands for, the way awk reads it: its leading number, or 0 when there is none."""
+    if isinstance(value, float):
+        return value
+    match = LEADING_NUMBER.match(value)
+    return float(match.group(0)) if match else 0.0
+
+
+def is_number(value: Value) -> bool:
+    """True for a computed number or for text that is nothing but a number ("12.5"; not "12 ms", "n/a", "")."""
+    return isinstance(value, float) or NUMERIC_TEXT.fullmatch(value) is not None
+
+
+def awk_text(value: Value) -> str:
+    """A value as awk prints it: text as it is; a whole number that fits in a C int as an integer (3112, not
+    3112.0), and any other number with the summary's CONVFMT, %.10g (8985.3, 1.294; not 1.0489e+06 for a median
+    of 1048900, as the default %.6g would have it). That is the rule of mawk, Debian's awk, which made the
+    summaries before this script."""
+    if isinstance(value, str):
+        return value
+    if value.is_integer() and -2**31 <= value < 2**31:
+        return "%d" % value
+    return "%.10g" % value
+
+
+# ---- parse: one run's output -> its figures ------------------------------------------------------------------
+
+# The fields every parse prints, in this order; benchmark.sh's parse_output sets a variable of each name.
+PARSED_FIELDS = ("complete", "failed", "non2xx", "rps", "mean_ms", "p99_ms", "doc_length", "bytes_read", "mib_per_s")
+
+# What a field is when the output does not give it: no complete request, no non-2xx answer, and everything else
+# unknown (an unknown count of failed requests fails the run's check, as it should).
+DEFAULTS = {"complete": "0", "failed": "n/a", "non2xx": "0", "rps": "n/a", "mean_ms": "n/a", "p99_ms": "n/a",
+            "doc_length": "n/a", "bytes_read": "n/a", "mib_per_s": "n/a"}
+
+# ab prints its results for people, one per line: `Requests per second:    13973.21 [#/sec] (mean)`. Each field:
+# the line's label, and which word of that line holds the value (1 = the first word of the label).
+AB_FIELDS = {
+    "complete": ("Complete requests:", 3),
+    "failed": ("Failed requests:", 3),       # connect, receive, length and exception failures together
+    "non2xx": ("Non-2xx responses:", 3),     # only printed when there were some
+    "rps": ("Requests per second:", 4),
+    "mean_ms": ("Time per request:", 4),     # the first of the two such lines: the mean time a client waited
+    "doc_length": ("Document Length:", 3),   # the body length of the first answer, in bytes
+}
+
+
+def ab_field(output: str, label: str, word: int) -> str:
+    """The WORD-th word of the first line of ab's output that starts with LABEL ("" when there is none)."""
+    for line in output.split("\n"):
+        if line.startswith(label):
+            words = line.split()
+            return words[word - 1] if len(words) >= word else ""
+    return ""
+
+
+def percentile_99(percentiles_csv: str) -> str:
+    """The 99 % row of ab's -e file (`99,1.337`: ms, with decimals, where ab's own table prints whole ms)."""
+    for line in percentiles_csv.split("\n"):
+        cells = line.split(",")
+        if len(cells) >= 2 and is_number(cells[0]) and float(cells[0]) == 99:
+            return cells[1]
+    return ""
+
+
+def parse_ab(output: str, percentiles_csv: str = "") -> dict[str, str]:
+    """ab's output (and its -e percentile file, when there is one) -> the PARSED_FIELDS, as text."""
+    found = {key: ab_field(output, label, word) for key, (label, word) in AB_FIELDS.items()}
+    found["p99_ms"] = percentile_99(percentiles_csv)
+    figures = {key: found.get(key) or DEFAULTS[key] for key in PARSED_FIELDS}
+    # A missing Document Length stays empty, so that the check says "Document Length: none".
+    figures["doc_length"] = found["doc_length"]
+    return figures
+
+
+# wrk_done.lua's line: `psp-wrk: requests=89489 bytes=104254685 duration_us=1000519 ... latency_p99_us=1129`.
+WRK_LINE = "psp-wrk:"
+WRK_KEYS = ("requests", "bytes", "duration_us", "connect_errors", "read_errors", "write_errors", "timeout_errors",
+            "status_errors", "latency_mean_us", "latency_p99_us")
+
+
+def wrk_totals(output: str) -> dict[str, float] | None:
+    """The numbers of wrk_done.lua's line in wrk's output; None when the line is missing or incomplete."""
+    line = next((line for line in reversed(output.split("\n")) if line.startswith(WRK_LINE)), None)
+    if line is None:
+        return None
+    totals = {}
+    for pair in line[len(WRK_LINE):].split():
+        key, _, value = pair.partition("=")
+        if is_number(value):
+            totals[key] = float(value)
+    return totals if all(key in totals for key in WRK_KEYS) else None
+
+
+def parse_wrk(output: str) -> dict[str, str]:
+    """wrk's output, with the line of wrk_done.lua -> the PARSED_FIELDS, as text.
+
+    wrk does not report the body length (doc_length is n/a: benchmark.sh relies on the ab warm-up, and in files
+    mode on curl, to check it). Without wrk_done.lua's line every field takes its default: nothing is read back
+    from wrk's rounded human summary."""
+    figures = dict(DEFAULTS)
+    totals = wrk_totals(output)
+    if totals is None:
+        return figures
+    seconds = totals["duration_us"] / 1e6
+    figures["complete"] = "%d" % totals["requests"]
+    # The socket errors, as wrk's "Socket errors: connect 0, read 0, write 0, timeout 0" line adds them up.
+    figures["failed"] = "%d" % sum(totals[kind + "_errors"] for kind in ("connect", "read", "write", "timeout"))
+    figures["non2xx"] = "%d" % totals["status_errors"]  # wrk's "Non-2xx or 3xx responses"
+    # Milliseconds with three decimals (a microsecond), like ab's figures.
+    figures["mean_ms"] = "%.3f" % (totals["latency_mean_us"] / 1000)
+    figures["p99_ms"] = "%.3f" % (totals["latency_p99_us"] / 1000)
+    figures["bytes_read"] = "%d" % totals["bytes"]  # exact, where wrk's own summary says "1.02GB read"
+    if seconds > 0:
+        figures["rps"] = "%.2f" % (totals["requests"] / seconds)  # as wrk computes its Requests/sec
+        figures["mib_per_s"] = "%.1f" % (totals["bytes"] / seconds / 1048576)  # MiB = 2^20 bytes
+    return figures
+
+
+# ---- summarize: raw.csv (one row per run) -> summary.csv (one row per key) -------------------------------------
+
+
+def median(values: list[str]) -> Value:
+    """The median of one column over a row's repetitions, as text or as a number.
+
+    When the first value is not a figure ("n/a", "n/a (perf missing)", ""), that text is the result. Otherwise
+    the values are sorted as numbers (stable: equal numbers keep their order) and the middle one is returned as
+    it was written ("3.00" stays "3.00"); for an even count, the mean of the middle two, a number. A later value
+    that is not a figure counts as 0 in the sort, as it did in the awk this replaces."""
+    if not FIGURE.fullmatch(values[0]):
+        return values[0]
+    ordered = sorted(values, key=awk_number)
+    middle = len(ordered) // 2
+    if len(ordered) % 2 == 1:
+        return ordered[middle]
+    return (awk_number(ordered[middle - 1]) + awk_number(ordered[middle])) / 2
+
+
+class Group:
+    """The runs of one summary row: the same server and the same key levels (concurrency; file; ...)."""
+
+    def __init__(self, server: str, levels: tuple[str, ...]):
+        self.server = server
+        self.levels = levels            # the key columns after `server`: what nginx's row must match
+        self.runs = 0
+        self.values: dict[int, list[str]] = {}  # column index -> its values, one per run
+        self.failures = 0               # failed + non2xx over all runs
+        self.bad = 0                    # runs whose check is not "ok"
+        self.why = ""                   # the first of those checks
+        self.rps_low: float | None = None
+        self.rps_high: float | None = None
+
+
+def summarize(lines: list[str]) -> list[str]:
+    """raw.csv's lines -> summary.csv's lines.
+
+    The columns before `repetition` are the row's key (server, concurrency; or server, file, connections; any
+    others a mode adds), the last column is the run's check, and the ones between are figures. For each key:
+    `runs`, the median of each figure over the runs; for requests_per_s also rps_min, rps_max, spread_pct
+    ((max - min) / median, n/a for one run) and vs_nginx (the ratio to the median of nginx's row with the same
+    key levels); `failures`, failed + non2xx summed over the runs, in place of both (complete is left out: the
+    checks compare it); and `check`: ok, or the first failed check, with "(k of n runs)" when only some failed."""
+    names = lines[0].split(",")
+    if "repetition" not in names:
+        raise ValueError("raw.csv has no repetition column: " + lines[0])
+    key_count = names.index("repetition")  # the key columns: those before `repetition`
+    check = len(names) - 1                  # the last column: the run's check
+    figures = range(key_count + 1, check)   # the columns between
+    rps = names.index("requests_per_s") if "requests_per_s" in names else None
+    failed = names.index("failed") if "failed" in names else None
+    non2xx = names.index("non2xx") if "non2xx" in names else None
+    dropped = {index for index in figures if names[index] == "complete" or index == non2xx}
+
+    header = names[:key_count] + ["runs"]
+    for index in figures:
+        if index == rps:
+            header += ["requests_per_s", "rps_min", "rps_max", "spread_pct", "vs_nginx"]
+        elif index == failed:
+            header.append("failures")
+        elif index not in dropped:
+            header.append(names[index])
+    header.append("check")
+
+    groups: dict[str, Group] = {}  # by key, in the order of the first run of each (dicts keep that order)
+    for line in lines[1:]:
+        cells = line.split(",")
+        cells += [""] * (len(names) - len(cells))  # a short row: its missing cells are empty
+        key = ",".join(cells[:key_count])
+        group = groups.setdefault(key, Group(cells[0], tuple(cells[1:key_count])))
+        group.runs += 1
+        for index in figures:
+            group.values.setdefault(index, []).append(cells[index])
+        for index in (failed, non2xx):
+            if index is not None and COUNT.fullmatch(cells[index]):  # a count: "n/a" adds nothing
+                group.failures += int(cells[index])
+        if cells[check] != "ok":
+            group.bad += 1
+            if group.bad == 1:
+                group.why = cells[check]
+        if rps is not None and cells[rps] != "n/a":
+            value = awk_number(cells[rps])
+            group.rps_low = value if group.rps_low is None else min(group.rps_low, value)
+            group.rps_high = value if group.rps_high is None else max(group.rps_high, value)
+
+    # The median req/s of each row, and nginx's for each set of key levels: what vs_nginx divides by.
+    rps_median = {key: median(group.values[rps]) for key, group in groups.items() if rps is not None}
+    reference = {group.levels: rps_median[key] for key, group in groups.items()
+                 if rps is not None and group.server == "nginx"}
+
+    out = [",".join(header)]
+    for key, group in groups.items():
+        row = [key, str(group.runs)]
+        for index in figures:
+            if index == rps:
+                row += rps_columns(group, rps_median[key], reference.get(group.levels))
+            elif index == failed:
+                row.append(str(group.failures))
+            elif index not in dropped:
+                row.append(awk_text(median(group.values[index])))
+        if group.bad == 0:
+            row.append("ok")
+        elif group.bad == group.runs:
+            row.append(group.why)
+        else:
+            row.append(f"{group.why} ({group.bad} of {group.runs} runs)")
+        out.append(",".join(row))
+    return out
+
+
+def rps_columns(group: Group, middle: Value, nginx: Value | None) -> list[str]:
+    """requests_per_s, rps_min, rps_max, spread_pct and vs_nginx of one summary row, given its median req/s
+    and nginx's at the same key levels (None without an nginx row)."""
+    spread = "n/a"  # the spread needs two runs and a median above 0
+    if is_number(middle) and awk_number(middle) > 0 and group.runs > 1:
+        spread = "%.1f" % ((group.rps_high - group.rps_low) * 100 / awk_number(middle))
+    versus = "n/a"  # the ratio needs two figures, and nginx's above 0
+    if (nginx is not None and FIGURE.fullmatch(awk_text(middle)) and FIGURE.fullmatch(awk_text(nginx))
+            and awk_number(nginx) > 0):
+        versus = "%.2f" % (awk_number(middle) / awk_number(nginx))
+    low = "n/a" if group.rps_low is None else awk_text(group.rps_low)
+    high = "n/a" if group.rps_high is None else awk_text(group.rps_high)
+    return [awk_text(middle), low, high, spread, versus]
+
+
+# ---- table: a CSV -> a Markdown table --------------------------------------------------------------------------
+
+
+class Column(NamedTuple):
+    """One column of a Markdown table.
+
+    source: the CSV column shown, or a function that makes the cell's value from the row (a dict by column name).
+    format: a printf format ("%.1f"; "%s" shows the value as it is, right-aligned), or one of:
+      text    as it is, left-aligned          server  as it is, left-aligned; nginx gets "(reference)"
+      pct     the spread: "12.5%"; – for n/a   ratio   vs nginx: "1.57"; – for n/a
+      mib     KiB shown in MiB, "3.3"
+    A value that is empty or n/a ("n/a (perf missing)") is shown as it is, whatever the format."""
+
+    source: Union[str, Callable[[dict[str, str]], str]]
+    heading: str
+    format: str
+
+
+def row_value(row: dict[str, str], name: str) -> str:
+    """One cell of a CSV row (a dict by column name); empty when the row is short of it."""
+    return row.get(name, "")
+
+
+# The connection mode's table is made from raw.csv; some of its cells combine columns.
+def refused_or_closed(row: dict[str, str]) -> str:
+    """Connections the server did not keep: answered another status (refused) or closed without an answer."""
+    if row_value(row, "refused") == "":
+        return ""  # idle_conns did not run
+    return awk_text(awk_number(row_value(row, "refused")) + awk_number(row_value(row, "closed")))
+
+
+def awk_compare(value: str, number: float) -> int:
+    """-1, 0 or 1 as VALUE is below, equal to or above NUMBER: as numbers when VALUE is one, else as texts."""
+    left, right = (awk_number(value), number) if is_number(value) else (value, awk_text(number))
+    return (left > right) - (left < right)
+
+
+def new_client(row: dict[str, str]) -> str:
+    """How the 5 new clients timed while the connections were held: "median / max" ms, or what went wrong."""
+    refused, timed_out = awk_number(row_value(row, "probe_refused")), awk_number(row_value(row, "probe_timeout"))
+    if refused + timed_out > 0 and awk_compare(row_value(row, "probe_ok"), 0) == 0:
+        return "no answer" if awk_compare(row_value(row, "probe_timeout"), 0) > 0 else "refused"
+    return row_value(row, "probe_median_ms") + " / " + row_value(row, "probe_max_ms")
+
+
+def after_release(row: dict[str, str]) -> str:
+    """Whether a new client was served once the held connections were released."""
+    status = row_value(row, "after_status")
+    if status == "":
+        return ""
+    return "served" if awk_compare(status, 200) == 0 else "NOT served"
+
+
+# The tables of summary.md, one entry per mode. A new mode adds its entry here, and benchmark.sh a function that
+# calls `analyse.py table MODE summary.csv`.
+TABLES: dict[str, list[Column]] = {
+    "throughput": [
+        Column("server", "server", "server"),
+        Column("concurrency", "c", "%s"),  # "connections" with --tool wrk: see table_columns
+        Column("requests_per_s", "req/s", "%.0f"),
+        Column("vs_nginx", "vs nginx", "ratio"),
+        Column("spread_pct", "spread", "pct"),
+        Column("mean_ms", "mean ms", "%.3f"),
+        Column("p99_ms", "p99 ms", "%.2f"),
+        Column("failures", "failures", "%s"),
+        Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
+        Column("ctxsw_per_req", "ctx sw/req", "%.2f"),
+        Column("syscalls_per_req", "syscalls/req", "%.1f"),
+        Column("peak_rss_kib", "peak RSS MiB", "mib"),
+        Column("peak_threads", "peak threads", "%.0f"),
+        Column("check", "check", "text"),
+    ],
+    "files": [
+        Column("server", "server", "server"),
+        Column("file", "file", "text"),
+        Column("connections", "connections", "%s"),
+        Column("requests_per_s", "req/s", "%.0f"),
+        Column("mib_per_s", "MiB/s", "%.0f"),
+        Column("vs_nginx", "vs nginx", "ratio"),
+        Column("spread_pct", "spread", "pct"),
+        Column("mean_ms", "mean ms", "%.3f"),
+        Column("p99_ms", "p99 ms", "%.2f"),
+        Column("failures", "failures", "%s"),
+        Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
+        Column("ctxsw_per_req", "ctx sw/req", "%.2f"),
+        Column("syscalls_per_req", "syscalls/req", "%.1f"),
+        Column("peak_rss_kib", "peak RSS MiB", "mib"),
+        Column("check", "check", "text"),
+    ],
+    "connections": [  # from raw.csv: one row per server and connection count, no repetitions
+        Column("server", "server", "server"),
+        Column("connections", "connections", "%s"),
+        Column("held", "held", "%s"),
+        Column(refused_or_closed, "refused", "%s"),
+        Column("blocked", "blocked", "%s"),
+        Column("dropped", "dropped", "%s"),
+        Column("rss_kib_per_conn", "RSS KiB/conn", "%s"),
+        Column("threads_per_conn", "threads/conn", "%s"),
+        Column("fds_per_conn", "fds/conn", "%s"),
+        Column(new_client, "new client ms (median / max)", "%s"),
+        Column(after_release, "after release", "text"),
+        Column("check", "check", "text"),
+    ],
+    "idle": [  # busy clients beside N idle connections: what the idle ones cost the busy ones
+        Column("server", "server", "server"),
+        Column("idle", "idle conns", "%s"),
+        Column("keepalive", "keep-alive", "text"),
+        Column("concurrency", "c", "%s"),
+        Column("requests_per_s", "req/s", "%.0f"),
+        Column("vs_nginx", "vs nginx", "ratio"),
+        Column("spread_pct", "spread", "pct"),
+        Column("p99_ms", "p99 ms", "%.2f"),
+        Column("failures", "failures", "%s"),
+        Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
+        Column("syscalls_per_req", "syscalls/req", "%.1f"),
+        Column("peak_rss_kib", "peak RSS MiB", "mib"),
+        Column("peak_threads", "peak threads", "%.0f"),
+        Column("check", "check", "text"),
+    ],
+    "latency": [  # an offered load, open loop: latency from each request's intended send time
+        Column("server", "server", "server"),
+        Column("rate", "offered req/s", "%s"),
+        Column("load_pct", "% of capacity", "%s"),
+        Column("requests_per_s", "achieved req/s", "%.0f"),
+        Column("p50_ms", "p50 ms", "%.2f"),
+        Column("p99_ms", "p99 ms", "%.2f"),
+        Column("p999_ms", "p99.9 ms", "%.2f"),
+        Column("max_ms", "max ms", "%.2f"),
+        Column("u_p99_ms", "p99 ms, closed-loop view", "%.2f"),
+        Column("failures", "failures", "%s"),
+        Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
+        Column("gen_lag_p99_ms", "generator lag p99 ms", "%.2f"),
+        Column("check", "check", "text"),
+    ],
+}
+
+
+def knees(lines: list[str], target_ms: float) -> list[str]:
+    """summary.csv of the latency mode -> a Markdown table of each server's knee: the highest offered rate at which
+    the p99 (from the intended send time) is still under TARGET_MS, every lower rate being under it too. Past the
+    knee, requests arrive faster than they are served, and the queue (and the latency) grows for as long as the
+    load lasts."""
+    names = lines[0].split(",")
+    found: dict[str, list[str]] = {}  # server -> [knee rate, its p99, the first rate over the target, its p99]
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        entry = found.setdefault(row["server"], ["", "", "", ""])
+        if entry[2]:
+            continue  # already over the target at a lower rate
+        if is_number(row["p99_ms"]) and awk_number(row["p99_ms"]) < target_ms:
+            entry[0], entry[1] = row["rate"], row["p99_ms"]
+        else:
+            entry[2], entry[3] = row["rate"], row["p99_ms"]
+    out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |",
+           "|---|---:|---:|---:|---:|"]
+    for server, (rate, p99, over, over_p99) in found.items():
+        out.append(f"| {cell(server, 'server')} | {rate or 'below the lowest rate'} | {p99} | {over or '–'} | "
+                   f"{over_p99 or '–'} |")
+    return out
+
+
+def table_columns(kind: str, tool: str = "ab") -> list[Column]:
+    """The columns of a kind of table. wrk's -c counts connections, so its throughput table says so."""
+    columns = TABLES[kind]
+    if tool == "wrk":
+        columns = [column._replace(heading="connections") if column.heading == "c" else column
+                   for column in columns]
+    return columns
+
+
+def parse_column_spec(spec: str) -> list[Column]:
+    """Columns written the way markdown_table took them: `csv_column:heading:format ...`, separated by blanks,
+    with _ for a space in a heading (`cpu_us_per_req:CPU_µs/req:%.1f`)."""
+    columns = []
+    for item in spec.split():
+        parts = item.split(":", 2)
+        if len(parts) != 3:
+            raise ValueError(f"bad column {item!r}: expected csv_column:heading:format")
+        source, heading, form = parts
+        columns.append(Column(source, heading.replace("_", " "), form))
+    return columns
+
+
+def cell(value: str, form: str) -> str:
+    """One value of a CSV, shown in the given format (see Column)."""
+    if form == "server":
+        return "nginx (reference)" if value == "nginx" else value
+    if form in ("pct", "ratio") and value.startswith("n/a"):
+        return "–"
+    if form == "text" or value == "" or value.startswith("n/a"):
+        return value
+    if form == "pct":
+        return value + "%"
+    if form == "ratio":
+        return "%.2f" % awk_number(value)
+    if form == "mib":
+        return "%.1f" % (awk_number(value) / 1024)
+    if form == "%s":
+        return value
+    return form % awk_number(value)
+
+
+def markdown_table(columns: list[Column], lines: list[str]) -> list[str]:
+    """A CSV's lines (a header, then rows) -> a Markdown table of the given columns, one row per CSV row."""
+    names = lines[0].split(",")
+    for column in columns:
+        if isinstance(column.source, str) and column.source not in names:
+            raise ValueError("no column " + column.source)
+    out = ["| " + " | ".join(column.heading for column in columns) + " |",
+           "|" + "".join("---|" if column.format in ("text", "server") else "---:|" for column in columns)]
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        cells = []
+        for column in columns:
+            if isinstance(column.source, str):
+                cells.append(cell(row_value(row, column.source), column.format))
+            else:
+                cells.append(cell(column.source(row), column.format))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+# ---- plot: summary.csv -> plot.dat, plot.svg, plot.png --------------------------------------------------------
+
+
+def plot_series(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """summary.csv's lines -> one series per server, in the order of the rows: (server, its points), each point
+    `concurrency req/s p99_ms` as written in summary.csv. Rows without req/s (a server that did not start, a
+    failed run) are left out, and a server without any point too."""
+    names = lines[0].split(",")
+    x, rps, p99 = (names.index(name) for name in ("concurrency", "requests_per_s", "p99_ms"))
+    series: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        cells = line.split(",")
+        cells += [""] * (len(names) - len(cells))
+        points = series.setdefault(cells[0], [])
+        if cells[rps] != "n/a":
+            points.append(f"{cells[x]} {cells[rps]} {cells[p99]}")
+    return [(server, points) for server, points in series.items() if points]
+
+
+def plot_data(series: list[tuple[str, list[str]]]) -> str:
+    """plot.dat: one block of points per server, blocks separated by two blank lines (gnuplot's `index`)."""
+    return "".join("".join(point + "\n" for point in points) + "\n\n" for _, points in series)
+
+
+def gnuplot_quote(text: str) -> str:
+    """TEXT as a single-quoted gnuplot string, in which only the quote itself is special (written twice)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def gnuplot_script(terminal: str, output: str, data: str, series: list[tuple[str, list[str]]], title: str,
+                   x_label: str) -> str:
+    """The gnuplot commands for one image: two panels, req/s and p99 latency against concurrency (log scale),
+    one line per server."""
+    labels = ["nginx (reference)" if server == "nginx" else server for server, _ in series]
+    rps_lines = [f"{gnuplot_quote(data)} index {index} using 1:2 with linespoints title {gnuplot_quote(label)}"
+                 for index, label in enumerate(labels)]
+    p99_lines = [f"{gnuplot_quote(data)} index {index} using 1:3 with linespoints title {gnuplot_quote(label)}"
+                 for index, label in enumerate(labels)]
+    quoted_title = '"' + title.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "\n".join([
+        f"set terminal {terminal} noenhanced",  # noenhanced: a _ in a server's name is not a subscript
+        "set colorsequence podo",                # colours that colour-blind readers tell apart (Wong 2011)
+        f"set output {gnuplot_quote(output)}",
+        f"set multiplot layout 1,2 title {quoted_title}",
+        "set logscale x",
+        "set xrange [0.8:*]",
+        f"set xlabel {gnuplot_quote(x_label)}",
+        "set bmargin 8",
+        "set key below maxrows 3",
+        "set grid",
+        "set ylabel 'requests per second'",
+        "set yrange [0:*]",
+        "plot " + ",".join(rps_lines),
+        "set ylabel 'p99 latency (ms)'",
+        "set logscale y",
+        "set yrange [*:*]",
+        "unset key",
+        "plot " + ",".join(p99_lines),
+        "unset multiplot",
+    ]) + "\n"
+
+
+# The two images: gnuplot's terminal for each, by file extension.
+PLOT_TERMINALS = {"svg": "svg size 1200,500 dynamic", "png": "pngcairo size 1200,500"}
+
+
+def plot(summary_csv: str, results_dir: str, title: str, x_label: str) -> list[str]:
+    """Writes RESULTS_DIR/plot.dat and draws plot.svg and plot.png with gnuplot. Returns the problems met, one
+    sentence each (benchmark.sh turns them into warnings). Without gnuplot, does nothing: no plot is no error."""
+    if shutil.which("gnuplot") is None:
+        return []
+    series = plot_series(read_lines(summary_csv))
+    data = results_dir + "/plot.dat"
+    write_text(data, plot_data(series))
+    if not series:
+        return []  # nothing to draw: every server failed
+    problems = []
+    for extension, terminal in PLOT_TERMINALS.items():
+        script = gnuplot_script(terminal, f"{results_dir}/plot.{extension}", data, series, title, x_label)
+        result = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+        if result.returncode != 0:
+            first_line = result.stderr.strip().split("\n")[0]
+            problems.append(f"gnuplot could not draw the {extension} plot: {first_line}")
+    return problems
+
+
+# ---- plot for the idle and latency modes: panels of one column against another, one line per server ----------
+
+
+class Panel(NamedTuple):
+    """One panel of a plot: column y of summary.csv against column x, one line per server, from the rows where
+    column `only[0]` is `only[1]` (all rows when `only` is empty)."""
+
+    x: str
+    y: str
+    x_label: str
+    y_label: str
+    log_x: bool = False
+    log_y: bool = False
+    only: tuple[str, ...] = ()
+
+
+PANELS: dict[str, tuple[str, list[Panel]]] = {  # mode -> (gnuplot's layout, its panels)
+    "idle": ("2,2", [
+        Panel("idle", "requests_per_s", "idle connections", "req/s, a new connection per request",
+              only=("keepalive", "no")),
+        Panel("idle", "requests_per_s", "idle connections", "req/s, keep-alive", only=("keepalive", "yes")),
+        Panel("idle", "cpu_us_per_req", "idle connections", "server CPU µs/req, a new connection per request",
+              only=("keepalive", "no")),
+        Panel("idle", "cpu_us_per_req", "idle connections", "server CPU µs/req, keep-alive",
+              only=("keepalive", "yes")),
+    ]),
+    "latency": ("1,2", [
+        Panel("rate", "p99_ms", "offered load (req/s)", "p99 latency from the intended send (ms)", True, True),
+        Panel("load_pct", "p99_ms", "offered load (% of the capacity ab measured)",
+              "p99 latency from the intended send (ms)", False, True),
+    ]),
+}
+
+
+def panel_series(lines: list[str], panel: Panel) -> list[tuple[str, list[str]]]:
+    """One series per server for a panel: the points `x y` of its rows that have a number for both."""
+    names = lines[0].split(",")
+    series: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        if panel.only and row.get(panel.only[0]) != panel.only[1]:
+            continue
+        points = series.setdefault(row["server"], [])
+        if is_number(row.get(panel.x, "")) and is_number(row.get(panel.y, "")):
+            points.append(f"{row[panel.x]} {row[panel.y]}")
+    return [(server, points) for server, points in series.items() if points]
+
+
+def panels_script(terminal: str, output: str, data: str, layout: str,
+                  panels: list[tuple[Panel, list[tuple[str, int]], int]],
+                  title: str, target_ms: float) -> str:
+    """The gnuplot commands for a plot of panels; each panel comes with its series (label, line type) and the
+    index of its first block in the data file. A server keeps its line type, so its colour, in every panel. A
+    panel of p99 also draws the target as a dashed line."""
+    quoted_title = '"' + title.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    commands = [f"set terminal {terminal} noenhanced", "set colorsequence podo", f"set output {gnuplot_quote(output)}",
+                f"set multiplot layout {layout} title {quoted_title}", "set grid", "set key below maxrows 3"]
+    for panel, labels, first in panels:
+        commands += ["set logscale x" if panel.log_x else "unset logscale x",
+                     "set logscale y" if panel.log_y else "unset logscale y",
+                     "set yrange [*:*]" if panel.log_y else "set yrange [0:*]",
+                     f"set xlabel {gnuplot_quote(panel.x_label)}", f"set ylabel {gnuplot_quote(panel.y_label)}"]
+        lines = [f"{gnuplot_quote(data)} index {first + i} using 1:2 with linespoints linetype {kind} "
+                 f"title {gnuplot_quote(label)}" for i, (label, kind) in enumerate(labels)]
+        if panel.y == "p99_ms":
+            lines.append(f"{target_ms:g} with lines dashtype 2 linecolor 'black' title 'target'")
+        commands.append("plot " + ", ".join(lines))
+    return "\n".join(commands + ["unset multiplot"]) + "\n"
+
+
+def plot_panels(summary_csv: str, results_dir: str, mode: str, title: str, target_ms: float) -> list[str]:
+    """plot() for the modes in PANELS: writes plot.dat (the blocks of every panel in turn) and draws plot.svg
+    and plot.png. Returns the problems met, one sentence each; without gnuplot, does nothing."""
+    if shutil.which("gnuplot") is None:
+        return []
+    lines = read_lines(summary_csv)
+    layout, panels = PANELS[mode]
+    servers = list(dict.fromkeys(line.split(",")[0] for line in lines[1:]))  # in the order of the run
+    blocks, drawn, first = [], [], 0
+    for panel in panels:
+        series = panel_series(lines, panel)
+        blocks += series
+        drawn.append((panel, [("nginx (reference)" if server == "nginx" else server, servers.index(server) + 1)
+                              for server, _ in series], first))
+        first += len(series)
+    data = results_dir + "/plot.dat"
+    write_text(data, plot_data(blocks))
+    if not blocks:
+        return []
+    problems = []
+    width, height = (1200, 1000) if layout == "2,2" else (1200, 550)
+    for extension, terminal in PLOT_TERMINALS.items():
+        terminal = terminal.replace("1200,500", f"{width},{height}")
+        script = panels_script(terminal, f"{results_dir}/plot.{extension}", data, layout, drawn, title, target_ms)
+        result = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+        if result.returncode != 0:
+            first_line = result.stderr.strip().split("\n")[0]
+            problems.append(f"gnuplot could not draw the {extension} plot: {first_line}")
+    return problems
+
+
+# ---- The command line ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="analyse.py", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    parse = commands.add_parser("parse", help="one run's output -> one line of key=value")
+    parse.add_argument("tool", choices=("ab", "wrk"))
+    parse.add_argument("run_out", help="the tool's output")
+    parse.add_argument("--percentiles", help="ab's -e file (ignored for wrk); a missing file gives p99 n/a")
+
+    summary = commands.add_parser("summarize", help="raw.csv -> summary.csv, on stdout")
+    summary.add_argument("raw_csv")
+
+    table = commands.add_parser("table", help="a CSV -> a Markdown table, on stdout")
+    table.add_argument("kind", choices=(*TABLES, "custom"), help="custom: the columns given by --columns")
+    table.add_argument("csv", help="summary.csv (connections: raw.csv)")
+    table.add_argument("--tool", default="ab", choices=("ab", "wrk"))
+    table.add_argument("--columns", help="with custom: `csv_column:heading:format ...` (see parse_column_spec)")
+
+    drawing = commands.add_parser("plot", help="summary.csv -> DIR/plot.dat, plot.svg, plot.png")
+    drawing.add_argument("summary_csv")
+    drawing.add_argument("results_dir")
+    drawing.add_argument("--title", default="")
+    drawing.add_argument("--tool", default="ab", choices=("ab", "wrk"))
+    drawing.add_argument("--mode", default="throughput", choices=("throughput", *PANELS))
+    drawing.add_argument("--target", type=float, default=10, help="latency: the p99 target, in ms")
+
+    knee = commands.add_parser("knee", help="summary.csv of the latency mode -> each server's knee, in Markdown")
+    knee.add_argument("summary_csv")
+    knee.add_argument("--target", type=float, default=10, help="the p99 target, in ms")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "parse":
+            output = read_text(args.run_out)
+            if args.tool == "ab":
+                try:
+                    percentiles = read_text(args.percentiles) if args.percentiles else ""
+                except FileNotFoundError:
+                    percentiles = ""  # ab did not get that far
+                figures = parse_ab(output, percentiles)
+            else:
+                figures = parse_wrk(output)
+            print_lines([" ".join(f"{key}={figures[key]}" for key in PARSED_FIELDS)])
+        elif args.command == "summarize":
+            print_lines(summarize(read_lines(args.raw_csv)))
+        elif args.command == "table":
+            if args.kind == "custom":
+                if not args.columns:
+                    parser.error("table custom needs --columns")
+                columns = parse_column_spec(args.columns)
+            else:
+                columns = table_columns(args.kind, args.tool)
+            print_lines(markdown_table(columns, read_lines(args.csv)))
+        elif args.command == "knee":
+            print_lines(knees(read_lines(args.summary_csv), args.target))
+        elif args.mode in PANELS:
+            print_lines(plot_panels(args.summary_csv, args.results_dir, args.mode, args.title, args.target))
+        else:
+            x_label = "connections" if args.tool == "wrk" else "concurrency"
+            print_lines(plot(args.summary_csv, args.results_dir, args.title, x_label))
+    except (OSError, ValueError) as error:
+        print(f"analyse.py {args.command}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
