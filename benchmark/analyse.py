@@ -10,6 +10,8 @@ CPU time from /proc) and calls this script for everything that is arithmetic or 
   analyse.py table KIND CSV [--tool wrk]             summary.csv (connections: raw.csv) -> a Markdown table
   analyse.py table custom CSV --columns SPEC         a table with ad-hoc columns (markdown_table's SPEC)
   analyse.py plot SUMMARY_CSV DIR --title T [--tool wrk]   DIR/plot.dat, and plot.svg and plot.png by gnuplot
+  analyse.py plot SUMMARY_CSV DIR --mode idle|latency [--target MS]   the same, from the PANELS of that mode
+  analyse.py knee SUMMARY_CSV [--target MS]          the latency mode: each server's knee, a Markdown table
 
 Python 3 standard library only; unit tests in test_analyse.py (`python3 -m unittest -v test_analyse`).
 

@@ -1319,7 +1319,13 @@ latency_server() {
     if [[ -z ${rates_of[$name]:-} ]]; then measure_capacity "$name" "$c"; fi
   fi
   if ((!started)) || [[ -z ${rates_of[$name]:-} ]]; then
-    fail_check "$name ${start_problem:-did not start}"
+    # (A capacity run that failed has said so in its own failed check.)
+    if ((!started)); then fail_check "$name ${start_problem:-did not start}"; fi
+    local why=${start_problem:-did not start}
+    if ((started)); then why="no capacity: its ab run failed"; fi
+    for rate in ${rates_of[$name]:-${rates[*]:-n/a}}; do
+      echo "$name,$rate,$rep$(printf ',n/a%.0s' {1..15}),FAILED: $why" >>"$raw_csv"
+    done
     progress=$((progress + rate_count))
     stop_server
     return 0
@@ -1353,7 +1359,8 @@ measure_capacity() {
   if [[ $run_check != ok || $rps == n/a ]]; then return 0; fi
   capacity_of[$name]=${rps%.*}
   if ((${#rates[@]} > 0)); then
-    rates_of[$name]="${rates[*]}"
+    rates_of[$name]=$(printf '%s\n' "${rates[@]}" | sort -n | tr '\n' ' ')  # lowest first: the knee is read in order
+    rates_of[$name]=${rates_of[$name]% }
   else
     for fraction in "${LATENCY_FRACTIONS[@]}"; do
       list+=" $(awk -v r="$rps" -v f="$fraction" 'BEGIN { v = int(r * f / 10 + 0.5) * 10; print (v < 10) ? 10 : v }')"
@@ -1378,12 +1385,15 @@ latency_run() {
   cat "$TMP/run.out" "$TMP/run.err" >>"$log_file"
   line=$(tail -1 "$TMP/run.out")
   for key in $line; do r[${key%%=*}]=${key#*=}; done
-  # Past its capacity a server may time out or drop requests: that is what this mode shows, counted in the
-  # failures column, not a failed check. A wrong answer, a dead server or a generator that failed is one.
+  # Past its capacity a server may time out, drop or refuse requests (04 answers 503 when its queue is full):
+  # that is what this mode shows, counted in the failures column, not a failed check. A refusal at or below
+  # the capacity is one, as are a wrong body, a dead server and a generator that failed.
   if ((status != 0)) || [[ -z ${r[completed]:-} ]]; then
     problems+=("openloop failed (status $status): $(head -1 "$TMP/run.err")")
   else
-    ((r[bad_status] == 0)) || problems+=("${r[bad_status]} answers were not 200")
+    if ((r[bad_status] > 0 && rate <= ${capacity_of[$name]:-0})); then
+      problems+=("${r[bad_status]} answers were not 200, at or below the capacity")
+    fi
     ((r[bad_length] == 0)) || problems+=("${r[bad_length]} answers had a body other than $BODY_BYTES bytes")
     if ((r[fell_behind])); then
       warn "$name at $rate req/s: openloop fell behind its schedule (its own lag p99 ${r[gen_lag_p99_ms]} ms; on a CPU ${r[gen_cpu_pct]} % of the run, waiting for one ${r[gen_wait_pct]} %): the latencies there include the generator's lateness"
@@ -1397,7 +1407,7 @@ latency_run() {
     check="FAILED: $(IFS=';'; echo "${problems[*]//,/}")"
   fi
   if [[ -n ${r[completed]:-} ]]; then
-    failed=$((r[scheduled] - r[completed]))  # errors, timeouts, and what could not even be sent
+    failed=$((r[scheduled] - r[completed]))  # errors, timeouts, unsent; the refused are in non2xx
     cpu_us=$(ratio "$(((cpu_after - cpu_before) * 1000000 / $(getconf CLK_TCK)))" "${r[completed]}" %.1f)
   fi
   if [[ -n ${capacity_of[$name]:-} ]]; then load_pct=$(ratio $((rate * 100)) "${capacity_of[$name]}" %.0f); fi
@@ -1419,7 +1429,11 @@ throughput_table() { analyse table throughput "$summary_csv" --tool "$tool"; }  
 files_table() { analyse table files "$summary_csv"; }
 connection_table() { analyse table connections "$raw_csv"; }  # from raw.csv: one run per row, nothing to summarize
 idle_table() { analyse table idle "$summary_csv"; }
-latency_table() { analyse table latency "$summary_csv"; analyse knee "$summary_csv" --target "$p99_target"; }
+latency_table() {
+  analyse table latency "$summary_csv"
+  echo
+  analyse knee "$summary_csv" --target "$p99_target"
+}
 
 
 # Two panels, req/s and p99 against concurrency (log scale), one line per server; SVG and PNG. The analyser
@@ -1461,7 +1475,11 @@ write_summary() {
       echo "- Files: $files_desc, in one folder made for the run; before its runs, each server's answer for each file (and for /, its index.html) is fetched once with curl and compared with cmp, and every run checks the bytes wrk read"
     fi
     if [[ $mode != connections ]]; then
-      echo "- Repetitions: $repeat per server and $(case $mode in files) echo "file and connection count" ;; idle) echo "idle count, keep-alive and concurrency" ;; latency) echo "offered rate" ;; *) echo concurrency ;; esac); the table gives the median of each column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by nginx's in the same run"
+      if [[ $mode == latency ]]; then
+        echo "- Repetitions: $repeat per server and offered rate, each a whole pass over the servers at the same rates; the tables give the median of each column"
+      else
+        echo "- Repetitions: $repeat per server and $(case $mode in files) echo "file and connection count" ;; idle) echo "idle count, keep-alive and concurrency" ;; *) echo concurrency ;; esac); the table gives the median of each column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by nginx's in the same run"
+      fi
       echo "- Server flags: $( [[ $mode == files ]] && echo "--root DIR ")--delay-us $delay_us --handler $handler${threads:+ --threads $threads}$( [[ $mode == idle ]] && echo " --idle-timeout 600"); pinning: $( ((pin)) && echo "single-threaded servers on CPU 0, client on CPU 1" || echo off)"
       echo "- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads included), context switches and syscalls: $counted_by"
     else
@@ -1519,7 +1537,8 @@ main() {
   raw_csv=$results_dir/raw.csv
   summary_csv=$results_dir/summary.csv
   plot_title=$tool
-  if ((keepalive)); then plot_title+=" keep-alive"; fi
+  if [[ $mode == latency ]]; then plot_title=openloop; fi
+  if ((keepalive)) && [[ $mode != idle ]]; then plot_title+=" keep-alive"; fi
   plot_title+=", --delay-us $delay_us --handler $handler, $cpu_count CPUs, kernel $kernel, commit $commit"
 
   local name rep

@@ -41,7 +41,8 @@
 //
 // Every request started (sent) ends as exactly one of:
 //   completed    a whole answer arrived: status line, headers, and the body that Content-Length announced. Of
-//                those, bad_status were not 200, and bad_length had a body whose length was not --expect-length;
+//                those, bad_status were not 200 (a 503 from a server shedding load, say), and bad_length were
+//                200 with a body whose length was not --expect-length;
 //   errors       the connect failed, the connection was reset or closed before the whole answer, or the answer
 //                was not HTTP/1.x as we read it (a chunked body, say: our servers never send one);
 //   timeouts     no whole answer within --timeout-ms of the write (or of the connect): that connection is closed.
@@ -147,7 +148,7 @@ const char* const kUsage =
     "  --new-conn         a new connection for every request (Connection: close), as ab without -k\n"
     "  --path /P          the path to GET (default /)\n"
     "  --timeout-ms MS    a request with no whole answer after MS ms is a timeout (default 2000)\n"
-    "  --expect-length N  count answers whose body is not N bytes long as bad_length\n";
+    "  --expect-length N  count 200 answers whose body is not N bytes long as bad_length\n";
 
 // A path we can put in a request line as it is: starts with '/', printable ASCII without spaces.
 bool valid_path(const std::string& path) {
@@ -737,7 +738,7 @@ class Generator {
     uncorrected_.record(now - conn.origin);
     ++completed_;
     if (conn.response.status != 200) ++bad_status_;
-    if (options_.expect_length >= 0 && conn.body_received != options_.expect_length) ++bad_length_;
+    else if (options_.expect_length >= 0 && conn.body_received != options_.expect_length) ++bad_length_;
     last_answer_ = now;
     if (options_.new_conn || conn.response.closes || conn.response.body_length < 0) drop_socket(conn);
     else conn.reused = true;  // kept for the next request

@@ -16,7 +16,10 @@ to the repository root, whichever file the block is in.
                                                         first cell starts with one of `rows=`, and whose c column
                                                         is one of `c=`; both optional), and the run's warnings.
                                                         `brief` gives one provenance sentence instead of the list;
-                                                        columns="server,c,req/s,p99 ms" keeps those columns only
+                                                        columns="server,c,req/s,p99 ms" keeps those columns only;
+                                                        where="keep-alive=no;idle conns=0,1000" keeps the rows whose
+                                                        cell in each named column is one of the listed values;
+                                                        table=2 quotes the file's second table (default: the first)
 
   <!-- figure: benchmark/results/RUN/plot.svg -->      the plot as an image, with the run's provenance sentence
   <!-- /figure -->                                      (alt="..." sets the image's alternative text)
@@ -138,8 +141,35 @@ def render_excerpt(root, doc, args):
 
 # ------------------------------------------------------------------------------------------------------- results
 
+class Table:
+    """One Markdown table: its header's cells, its delimiter row's cells (|---|---:|) and its rows' cells."""
+
+    def __init__(self, header, align):
+        self.header, self.align, self.rows = header, align, []
+
+
+def is_delimiter(cells):
+    return all(re.fullmatch(r":?-+:?", c) for c in cells)
+
+
+def tables_of(block):
+    """The tables in a run of consecutive `|` lines (each as its cells). A table starts at each line followed by a
+    delimiter row, so two tables with no blank line between them stay apart."""
+    tables = []
+    for i, cells in enumerate(block):
+        if is_delimiter(cells):
+            continue
+        if i + 1 < len(block) and is_delimiter(block[i + 1]):
+            tables.append(Table(cells, block[i + 1]))
+        elif tables:
+            tables[-1].rows.append(cells)
+        else:
+            tables.append(Table(cells, ["---"] * len(cells)))  # no delimiter row: the first line is the header
+    return tables
+
+
 class Summary:
-    """A benchmark summary.md: title, provenance bullets, table, warnings."""
+    """A benchmark summary.md: title, provenance bullets, tables (--mode latency writes two), warnings."""
 
     def __init__(self, root, path):
         full = os.path.join(root, path)
@@ -147,26 +177,23 @@ class Summary:
             raise BlockError(f"results file {path} does not exist (is the results folder committed?)")
         self.path = path
         self.title = ""
-        self.bullets, self.header, self.rows, self.warnings = [], [], [], []
-        section = "top"
-        for line in read_text(full).split("\n"):
+        self.bullets, self.tables, self.warnings = [], [], []
+        section, block = "top", []  # block: the cells of the `|` lines since the last other line
+        for line in read_text(full).split("\n") + [""]:
             stripped = line.strip()
+            if stripped.startswith("|"):
+                block.append([c.strip() for c in stripped.strip("|").split("|")])
+                section = "table"
+                continue
+            self.tables += tables_of(block)
+            block = []
             if stripped.startswith("# ") and not self.title:
                 self.title = stripped[2:].strip()
-            elif stripped.startswith("|"):
-                cells = [c.strip() for c in stripped.strip("|").split("|")]
-                if not self.header:
-                    self.header = cells
-                elif not all(re.fullmatch(r":?-+:?", c) for c in cells):
-                    self.rows.append(cells)
-                else:
-                    self.align = stripped
-                section = "table"
             elif stripped.lower().startswith("warnings"):
                 section = "warnings"
             elif stripped.startswith("- "):
                 (self.warnings if section == "warnings" else self.bullets).append(stripped[2:].strip())
-        if not self.header or not self.rows:
+        if not any(table.rows for table in self.tables):
             raise BlockError(f"{path} has no results table")
         if not self.bullets:
             raise BlockError(f"{path} has no provenance list (machine, kernel, command...)")
@@ -207,18 +234,43 @@ class Summary:
         return "Source: " + "; ".join(parts) + f". Everything about the run: {link}."
 
 
+def where_conditions(path, header, text):
+    """where="COLUMN=V1,V2;COLUMN=V3" -> [(the column's index, [V1, V2]), ...]."""
+    conditions = []
+    for part in (p.strip() for p in text.split(";")):
+        name, _, values = (s.strip() for s in part.partition("="))
+        if not name or not values:
+            raise BlockError(f"where: `{part}` should be COLUMN=VALUE[,VALUE...], e.g. where=\"keep-alive=no\"")
+        if name not in header:
+            raise BlockError(f"{path} has no column {name} (it has: {', '.join(header)})")
+        conditions.append((header.index(name), [v.strip() for v in values.split(",")]))
+    return conditions
+
+
+def cell_of(row, i):
+    return row[i] if i < len(row) else ""
+
+
 def render_results(root, doc, args):
     path, options = parse_args("results", args)
-    check_options("results", options, ["rows", "c", "columns", "brief"])
+    check_options("results", options, ["table", "rows", "c", "where", "columns", "brief"])
     if path is None:
         raise BlockError("results needs the path of a summary.md, e.g. "
                          "<!-- results: benchmark/results/RUN/summary.md rows=01,nginx -->")
     summary = Summary(root, path)
-    header, rows = summary.header, summary.rows
+    number = options.get("table") or "1"
+    if not re.fullmatch(r"[1-9][0-9]*", number):
+        raise BlockError(f"table={number}: expected the table's number, 1 for the first")
+    if int(number) > len(summary.tables):
+        raise BlockError(f"{path} has {len(summary.tables)} table(s), so no table {number}")
+    table = summary.tables[int(number) - 1]
+    header, rows = table.header, table.rows
+    if not rows:
+        raise BlockError(f"table {number} of {path} has no rows")
     if options.get("rows"):
         prefixes = [p.strip() for p in options["rows"].split(",") if p.strip()]
         rows = [r for r in rows if any(r[0].startswith(p) for p in prefixes)]
-        missing = [p for p in prefixes if not any(r[0].startswith(p) for r in summary.rows)]
+        missing = [p for p in prefixes if not any(r[0].startswith(p) for r in table.rows)]
         if missing:
             raise BlockError(f"{path} has no row starting with {', '.join(missing)}")
     if options.get("c"):
@@ -226,9 +278,17 @@ def render_results(root, doc, args):
         if column is None:
             raise BlockError(f"{path} has no `c` or `connections` column to filter on")
         wanted = [v.strip() for v in options["c"].split(",")]
-        rows = [r for r in rows if r[column] in wanted]
+        rows = [r for r in rows if cell_of(r, column) in wanted]
+    if options.get("where"):
+        for column, wanted in where_conditions(path, header, options["where"]):
+            missing = [v for v in wanted if not any(cell_of(r, column) == v for r in table.rows)]
+            if missing:
+                raise BlockError(f"{path} has no row whose {header[column]} is {', '.join(missing)}")
+            rows = [r for r in rows if cell_of(r, column) in wanted]
     if not rows:
-        raise BlockError(f"no row of {path} matches rows={options.get('rows', '')} c={options.get('c', '')}")
+        filters = " ".join(f'{k}="{options[k]}"' if " " in options[k] else f"{k}={options[k]}"
+                           for k in ("rows", "c", "where") if options.get(k))
+        raise BlockError(f"no row of {path} matches {filters}")
     keep = list(range(len(header)))
     if options.get("columns"):
         names = [n.strip() for n in options["columns"].split(",")]
@@ -236,7 +296,7 @@ def render_results(root, doc, args):
         if unknown:
             raise BlockError(f"{path} has no column {', '.join(unknown)} (it has: {', '.join(header)})")
         keep = [header.index(n) for n in names]
-    align_cells = [c.strip() for c in getattr(summary, "align", "").strip("|").split("|")]
+    align_cells = table.align
     if len(align_cells) != len(header):
         align_cells = ["---"] * len(header)
     out = []
@@ -251,7 +311,7 @@ def render_results(root, doc, args):
         out.append("")
     out.append("| " + " | ".join(header[i] for i in keep) + " |")
     out.append("|" + "|".join(align_cells[i] for i in keep) + "|")
-    out += ["| " + " | ".join(r[i] if i < len(r) else "" for i in keep) + " |" for r in rows]
+    out += ["| " + " | ".join(cell_of(r, i) for i in keep) + " |" for r in rows]
     if summary.warnings:
         out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in summary.warnings]
     return out

@@ -47,6 +47,39 @@ Columns are explained in benchmark/README.md.
 """
 
 
+# --mode latency writes two tables, the knee's right below the first (no blank line between them).
+LATENCY = """\
+# Benchmark: latency, 2026-01-01 11:00:00 to 11:09:00 UTC
+
+- Machine: Test box, 2 CPUs
+- Command: `benchmark/benchmark.sh --mode latency 05`
+
+| server | offered req/s | p99 ms | check |
+|---|---:|---:|---|
+| 05-epoll | 1000 | 1.50 | ok |
+| 05-epoll | 2000 | 40.00 | ok |
+| server | knee: req/s with p99 under 10 ms | p99 there, ms | next rate | p99 there, ms |
+|---|---:|---:|---:|---:|
+| 05-epoll | 1000 | 1.50 | 2000 | 40.00 |
+"""
+
+IDLE = """\
+# Benchmark: idle, 2026-01-01 12:00:00 to 12:30:00 UTC
+
+- Machine: Test box, 2 CPUs
+- Command: `benchmark/benchmark.sh --mode idle 05 03`
+
+| server | idle conns | keep-alive | c | req/s |
+|---|---:|---|---:|---:|
+| 05-epoll | 0 | no | 10 | 7000 |
+| 05-epoll | 0 | yes | 10 | 20000 |
+| 05-epoll | 1000 | no | 10 | 6900 |
+| 05-epoll | 5000 | no | 10 | 6800 |
+| 03-select | 0 | no | 10 | 6000 |
+| 03-select | 1000 | no | 10 | 5000 |
+"""
+
+
 class SyncTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -132,6 +165,51 @@ class SyncTest(unittest.TestCase):
         code, report = self.run_sync("--check")
         self.assertEqual(code, 1)
         self.assertIn("no row starting with 09", report)
+
+    def test_results_second_table(self):
+        self.write("benchmark/results/R2/summary.md", LATENCY)
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R2/summary.md brief -->\n\n"
+                                     "<!-- results: benchmark/results/R2/summary.md brief table=2 -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        first, second = self.read("docs/README.md").split("<!-- /results -->")[:2]
+        self.assertIn("| 05-epoll | 2000 | 40.00 | ok |\n", first)
+        self.assertNotIn("knee", first)
+        self.assertIn("| server | knee: req/s with p99 under 10 ms | p99 there, ms | next rate | p99 there, ms |\n"
+                      "|---|---:|---:|---:|---:|\n| 05-epoll | 1000 | 1.50 | 2000 | 40.00 |\n", second)
+        self.assertNotIn("| ok |", second)
+        # The same tables with a blank line between them.
+        self.write("benchmark/results/R2/summary.md", LATENCY.replace("| server | knee", "\n| server | knee"))
+        self.assertEqual(self.run_sync("--check")[0], 0)
+
+    def test_results_table_that_is_not_there(self):
+        self.write("benchmark/results/R2/summary.md", LATENCY)
+        for option, message in (("table=3", "has 2 table(s), so no table 3"),
+                                ("table=0", "expected the table's number")):
+            self.write("docs/README.md", f"# C\n\n<!-- results: benchmark/results/R2/summary.md {option} -->\n")
+            code, report = self.run_sync("--check")
+            self.assertEqual(code, 1)
+            self.assertIn(message, report)
+
+    def test_results_where(self):
+        self.write("benchmark/results/R3/summary.md", IDLE)
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R3/summary.md rows=05 c=10 brief "
+                                     "where=\"keep-alive=no; idle conns=0,1000\" columns=\"idle conns,req/s\" -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn("| idle conns | req/s |\n|---:|---:|\n| 0 | 7000 |\n| 1000 | 6900 |\n<!-- /results -->",
+                      self.read("docs/README.md"))
+
+    def test_results_where_errors(self):
+        self.write("benchmark/results/R3/summary.md", IDLE)
+        for where, message in (("idle=0", "has no column idle (it has: server, idle conns,"),
+                               ("idle conns=0,500", "has no row whose idle conns is 500"),
+                               ("keep-alive", "`keep-alive` should be COLUMN=VALUE[,VALUE...]"),
+                               ("keep-alive=yes;idle conns=1000", "no row of benchmark/results/R3/summary.md matches "
+                                                                  "where=\"keep-alive=yes;idle conns=1000\"")):
+            self.write("docs/README.md",
+                       f"# C\n\n<!-- results: benchmark/results/R3/summary.md where=\"{where}\" -->\n")
+            code, report = self.run_sync("--check")
+            self.assertEqual(code, 1, where)
+            self.assertIn(message, report)
 
     def test_markers_in_code_fences_are_text(self):
         self.write("docs/README.md", "# C\n\n```\n<!-- excerpt: nowhere/x.cpp#y -->\n```\n")
