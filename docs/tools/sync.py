@@ -19,7 +19,9 @@ to the repository root, whichever file the block is in.
                                                         columns="server,c,req/s,p99 ms" keeps those columns only;
                                                         where="keep-alive=no;idle conns=0,1000" keeps the rows whose
                                                         cell in each named column is one of the listed values;
-                                                        table=2 quotes the file's second table (default: the first)
+                                                        table=2 quotes the file's second table (default: the first).
+                                                        A warning about one server at one rate (`NAME at R req/s:`)
+                                                        is quoted only with a row of that server that holds R
 
   <!-- figure: benchmark/results/RUN/plot.svg -->      the plot as an image, with the run's provenance sentence
   <!-- /figure -->                                      (alt="..." sets the image's alternative text)
@@ -312,9 +314,23 @@ def render_results(root, doc, args):
     out.append("| " + " | ".join(header[i] for i in keep) + " |")
     out.append("|" + "|".join(align_cells[i] for i in keep) + "|")
     out += ["| " + " | ".join(cell_of(r, i) for i in keep) + " |" for r in rows]
-    if summary.warnings:
-        out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in summary.warnings]
+    warnings = [w for w in summary.warnings if warning_concerns(w, rows)]
+    if warnings:
+        out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in warnings]
     return out
+
+
+ROW_WARNING_RE = re.compile(r"^(.+?) at (\d+) req/s: ")
+
+
+def warning_concerns(warning, rows):
+    """A warning about one server at one rate (`05-epoll at 13800 req/s: ...`, --mode latency) concerns a block
+    only when it quotes that row; any other warning (a busy machine, a low limit) concerns every block."""
+    match = ROW_WARNING_RE.match(warning)
+    if not match:
+        return True
+    name, rate = match.groups()
+    return any((row[0] == name or row[0].startswith(name + " (")) and rate in row[1:] for row in rows)
 
 
 def render_figure(root, doc, args):

@@ -63,6 +63,25 @@ LATENCY = """\
 | 05-epoll | 1000 | 1.50 | 2000 | 40.00 |
 """
 
+LATENCY_WARNINGS = """\
+# Benchmark: latency, 2026-01-01 11:00:00 to 11:09:00 UTC
+
+- Machine: Test box, 2 CPUs
+- Command: `benchmark/benchmark.sh --mode latency 01 05`
+
+| server | offered req/s | p99 ms | check |
+|---|---:|---:|---|
+| 01-blocking-single | 800 | 3.00 | ok |
+| 05-epoll | 1000 | 1.50 | ok |
+| 05-epoll | 2000 | 40.00 | ok |
+| nginx (reference) | 2000 | 2.00 | ok |
+
+Warnings:
+- the CPUs are 20 % busy with other work before the run: expect noisy, lower numbers
+- 05-epoll at 2000 req/s: openloop fell behind its schedule
+- nginx at 2000 req/s: openloop fell behind its schedule
+"""
+
 IDLE = """\
 # Benchmark: idle, 2026-01-01 12:00:00 to 12:30:00 UTC
 
@@ -180,6 +199,18 @@ class SyncTest(unittest.TestCase):
         # The same tables with a blank line between them.
         self.write("benchmark/results/R2/summary.md", LATENCY.replace("| server | knee", "\n| server | knee"))
         self.assertEqual(self.run_sync("--check")[0], 0)
+
+    def test_results_warnings_about_a_row_follow_that_row(self):
+        self.write("benchmark/results/R4/summary.md", LATENCY_WARNINGS)
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R4/summary.md brief rows=01 -->\n\n"
+                                     "<!-- results: benchmark/results/R4/summary.md brief rows=05,nginx -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        first, second = self.read("docs/README.md").split("<!-- /results -->")[:2]
+        self.assertIn("- the CPUs are 20 % busy", first)
+        self.assertNotIn("fell behind", first)
+        self.assertIn("- the CPUs are 20 % busy", second)
+        self.assertIn("- 05-epoll at 2000 req/s: openloop fell behind its schedule", second)
+        self.assertIn("- nginx at 2000 req/s: openloop fell behind its schedule", second)  # nginx (reference)
 
     def test_results_table_that_is_not_there(self):
         self.write("benchmark/results/R2/summary.md", LATENCY)
