@@ -1059,21 +1059,34 @@ verify_file() {  # $1: URL path, $2: the file
 }
 
 progress=0
+
+# The start of a pass over one server, in every mode: pins it and its client when asked (--pin), and prints the
+# header. Sets client_prefix, pinned, and the caller's `pass` (" (run 2/3)" with --repeat).
+begin_pass() {  # $1: server, $2: repetition
+  client_prefix=()
+  pinned=no
+  if ((pin)) && is_single_threaded "$1"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
+  pass=""
+  if ((repeat > 1)); then pass=" (run $2/$repeat)"; fi
+  say ""
+  say "== $1$pass"
+}
+
+# Starts a server of ours, or nginx; on failure, start_problem says why.
+start_named() {
+  start_problem=
+  if [[ $1 == nginx ]]; then start_nginx; else start_server "$1"; fi
+}
+
 # One pass over one server: start it, then for each target (the fixed answer, or each file) warm it up and run
 # at each concurrency; stop it. With --repeat, main makes one pass over all the servers per repetition, rather
 # than repeating each row back to back: a burst of other work on the machine then lands on every server a
 # little, instead of on one server's whole row.
 benchmark_server() {
-  local name=$1 rep=$2 c target runs_left=$((${#targets[@]} * ${#concurrencies[@]})) pass="" problem
-  client_prefix=()
-  pinned=no
-  if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
-  if ((repeat > 1)); then pass=" (run $rep/$repeat)"; fi
-  say ""
-  say "== $name$pass"
+  local name=$1 rep=$2 c target runs_left=$((${#targets[@]} * ${#concurrencies[@]})) pass problem
+  begin_pass "$name" "$rep"
   local started=0
-  start_problem=
-  if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+  start_named "$name" && started=1
   if ((!started)); then
     fail_check "$name ${start_problem:-did not start}"
     for target in "${targets[@]}"; do
@@ -1131,7 +1144,7 @@ connection_cost() {
     progress=$((progress + 1))
     say "[$progress/$total_runs] $name: $n idle connections"
     started=0
-    if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+    start_named "$name" && started=1
     if ((!started)); then
       fail_check "$name did not start"
       echo "$name,$n,,,,,,,,,,,,,,,FAILED: did not start" >>"$raw_csv"
@@ -1197,18 +1210,12 @@ record_connection_cost() {
 idle_key=  # "N,no" or "N,yes": the idle count and keep-alive, the key columns measure_run adds to its row
 
 idle_population() {
-  local name=$1 rep=$2 n ka c started pass="" limit
-  client_prefix=()
-  pinned=no
-  if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
-  if ((repeat > 1)); then pass=" (run $rep/$repeat)"; fi
-  say ""
-  say "== $name$pass"
+  local name=$1 rep=$2 n ka c started pass limit
+  begin_pass "$name" "$rep"
   for n in "${idle_counts[@]}"; do
     keepalive=0
     started=0
-    start_problem=
-    if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+    start_named "$name" && started=1
     limit=
     if ((!started)); then
       fail_check "$name ${start_problem:-did not start}"
@@ -1304,15 +1311,9 @@ declare -A capacity_of=()
 # rate for --duration, in increasing order, with a second's rest between them for the backlog of an overload
 # to drain.
 latency_server() {
-  local name=$1 rep=$2 rate pass="" started=0 c=${concurrencies[0]}
-  client_prefix=()
-  pinned=no
-  if ((pin)) && is_single_threaded "$name"; then client_prefix=(taskset -c 1); pinned="server CPU 0, client CPU 1"; fi
-  if ((repeat > 1)); then pass=" (run $rep/$repeat)"; fi
-  say ""
-  say "== $name$pass"
-  start_problem=
-  if [[ $name == nginx ]]; then start_nginx && started=1; else start_server "$name" && started=1; fi
+  local name=$1 rep=$2 rate pass started=0 c=${concurrencies[0]}
+  begin_pass "$name" "$rep"
+  start_named "$name" && started=1
   if ((started)); then
     say "  $server_command on port $server_port (pid ${server_pids[*]})"
     warm_up "$name"
