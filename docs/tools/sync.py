@@ -215,7 +215,8 @@ class Summary:
         reps = self.field("Repetitions")
         if reps:
             n = re.match(r"\s*(\d+)", reps)
-            parts.append(f"{n.group(1)} repetitions, median and spread of req/s" if n else reps.split(";")[0])
+            what = "median and spread of req/s" if "spread" in reps else "median of each column"
+            parts.append(f"{n.group(1)} repetitions, {what}" if n else reps.split(";")[0])
         else:
             parts.append("one run per point")
         load = self.field("Load")
