@@ -315,7 +315,7 @@ def render_results(root, doc, args):
     out.append("| " + " | ".join(header[i] for i in keep) + " |")
     out.append("|" + "|".join(align_cells[i] for i in keep) + "|")
     out += ["| " + " | ".join(cell_of(r, i) for i in keep) + " |" for r in rows]
-    warnings = [w for w in summary.warnings if warning_concerns(w, rows)]
+    warnings = grouped_warnings([w for w in summary.warnings if warning_concerns(w, rows)])
     if warnings:
         out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in warnings]
     return out
@@ -332,6 +332,36 @@ def warning_concerns(warning, rows):
         return True
     name, rate = match.groups()
     return any((row[0] == name or row[0].startswith(name + " (")) and rate in row[1:] for row in rows)
+
+
+def grouped_warnings(warnings):
+    """The same warning about one server at several rates and repetitions (a latency run prints one per run)
+    becomes one line that lists the rates: `05-epoll: openloop fell behind its schedule at 13800, 15770 req/s
+    (3 runs): the latencies there include ...`. Any other warning is kept as it is, in its place."""
+    lines, rates = [], {}
+    for warning in warnings:
+        match = ROW_WARNING_RE.match(warning)
+        if not match:
+            lines.append(warning)
+            continue
+        rest = warning[match.end():]
+        what, _, why = rest.partition(" (")  # "openloop fell behind its schedule", "its own lag ...): the ..."
+        key = (match.group(1), what, why.partition("): ")[2])
+        if key not in rates:
+            rates[key] = []
+            lines.append(key)
+        rates[key].append(match.group(2))
+    out = []
+    for line in lines:
+        if isinstance(line, str):
+            out.append(line)
+            continue
+        name, what, tail = line
+        listed = ", ".join(sorted(set(rates[line]), key=int))
+        runs = len(rates[line])
+        out.append(f"{name}: {what} at {listed} req/s ({runs} run{'s' if runs > 1 else ''})" +
+                   (f": {tail}" if tail else ""))
+    return out
 
 
 def render_figure(root, doc, args):

@@ -209,8 +209,20 @@ class SyncTest(unittest.TestCase):
         self.assertIn("- the CPUs are 20 % busy", first)
         self.assertNotIn("fell behind", first)
         self.assertIn("- the CPUs are 20 % busy", second)
-        self.assertIn("- 05-epoll at 2000 req/s: openloop fell behind its schedule", second)
-        self.assertIn("- nginx at 2000 req/s: openloop fell behind its schedule", second)  # nginx (reference)
+        self.assertIn("- 05-epoll: openloop fell behind its schedule at 2000 req/s (1 run)", second)
+        self.assertIn("- nginx: openloop fell behind its schedule at 2000 req/s (1 run)", second)  # nginx (reference)
+
+    def test_the_same_warning_at_several_rates_is_one_line(self):
+        lines = sync.grouped_warnings([
+            "05-epoll at 100 req/s: openloop fell behind its schedule (lag 2 ms): the latencies include it",
+            "the CPUs are 20 % busy",
+            "05-epoll at 300 req/s: openloop fell behind its schedule (lag 3 ms): the latencies include it",
+            "05-epoll at 100 req/s: openloop fell behind its schedule (lag 1 ms): the latencies include it",
+        ])
+        self.assertEqual(lines, [
+            "05-epoll: openloop fell behind its schedule at 100, 300 req/s (3 runs): the latencies include it",
+            "the CPUs are 20 % busy",
+        ])
 
     def test_results_table_that_is_not_there(self):
         self.write("benchmark/results/R2/summary.md", LATENCY)
