@@ -3,14 +3,20 @@
 // The connection-cost mode of benchmark.sh (`--mode connections`) runs this against one server at a time:
 //   1. reads the server's RSS, thread count and open descriptors from /proc (the baseline);
 //   2. opens N connections, at most --window of them waiting for an answer at once, and sends one keep-alive
-//      GET on each. Every connection ends up as one of
+//      GET on each. A process may hold only so many descriptors (`ulimit -Hn`), and one source address has only
+//      so many ports, so the connections are shared among holder processes: each a child with its own epoll,
+//      its own source address (127.1.0.1, 127.1.0.2, ...: loopback has all of 127.0.0.0/8) and at most
+//      --per-process connections. Every connection ends up as one of
 //        held     answered 200 and left open: the server now holds an idle keep-alive connection;
 //        refused  answered with another status (03 answers 503 past FD_SETSIZE, 04 when its queue is full);
 //        closed   not kept: closed or reset by the server, without an answer or after one that said
 //                 `Connection: close` (04 does that when other clients wait for a worker);
 //        blocked  no answer within --answer-ms: accepted (or queued) but not served, because the server's
 //                 threads are all sitting on other connections (01, 04). That is the cost we want to show;
-//   3. reads /proc again while they are all held, and times --probes new clients (one request each);
+//        untried  not opened: once 2 x --window connections in a row were not held, the server has stopped
+//                 taking them (it is at a limit), and a holder process opens no more;
+//   3. reads /proc again while they are all held, and times --probes new clients (one request each, one after
+//      another: the median and the p99 of their times);
 //   4. with --hold, prints a `holding ...` line and keeps the connections open, idle, until it gets SIGTERM:
 //      benchmark.sh's idle mode measures busy clients beside them meanwhile;
 //   5. checks that the server closed none of the held connections (dropped), releases them all with a reset
@@ -29,12 +35,16 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <csignal>
 #include <chrono>
@@ -64,12 +74,13 @@ struct Options {
   int window = 500;      // connections waiting for their answer at once; keeps the accept queue from overflowing
   int answer_ms = 1000;  // a connection with no answer by then is counted as blocked
   int probes = 5;
+  int per_process = 0;   // connections per holder process; 0: as many as its descriptor limit and ports allow
   bool hold = false;     // keep the connections until SIGTERM
 };
 
 const char* const kUsage =
     "usage: idle_conns --port N [--host ADDR] [--connections N] [--pid PID] [--window N] [--answer-ms MS]\n"
-    "                  [--probes N] [--hold]\n";
+    "                  [--probes N] [--per-process N] [--hold]\n";
 
 bool parse_options(int argc, char** argv, Options& options) {
   for (int i = 1; i < argc; ++i) {
@@ -91,6 +102,7 @@ bool parse_options(int argc, char** argv, Options& options) {
     else if (flag == "--window") options.window = std::max(1, static_cast<int>(number));
     else if (flag == "--answer-ms") options.answer_ms = static_cast<int>(number);
     else if (flag == "--probes") options.probes = static_cast<int>(number);
+    else if (flag == "--per-process") options.per_process = static_cast<int>(number);
     else return false;
   }
   return options.port > 0 && options.port < 65536;
@@ -135,8 +147,13 @@ long status_value(int pid, const std::string& key) {  // e.g. "VmRSS:" (in kB) o
   return 0;
 }
 
+// Since Linux 6.2 the size of /proc/PID/fd is the number of open descriptors. Listing the folder instead (older
+// kernels) leaves an inode and a dentry behind per descriptor, which kernel_memory.py must then drop.
 long count_fds(int pid) {
-  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  struct stat folder {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd";
+  if (stat(path.c_str(), &folder) == 0 && folder.st_size > 0) return static_cast<long>(folder.st_size);
+  DIR* dir = opendir(path.c_str());
   if (dir == nullptr) return 0;
   long count = 0;
   while (const dirent* entry = readdir(dir))
@@ -179,9 +196,23 @@ int complete_status(const std::string& received, bool* closing = nullptr) {
   return status > 0 ? status : -1;
 }
 
-int connect_nonblocking(const Options& options) {
+// `source`: the local address to connect from (its port is chosen at connect()), or INADDR_ANY.
+int connect_nonblocking(const Options& options, in_addr source = {INADDR_ANY}) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
+  if (source.s_addr != htonl(INADDR_ANY)) {
+    // Without IP_BIND_ADDRESS_NO_PORT, bind() would pick a port for every destination at once, and run out.
+    const int on = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_addr = source;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) < 0) {
+      const int error = errno;
+      close(fd);
+      return -error;
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(options.port));
@@ -255,7 +286,8 @@ struct Conn {
 
 class Holder {
  public:
-  explicit Holder(const Options& options) : options_(options), conns_(options.connections) {
+  Holder(const Options& options, int count, in_addr source)
+      : options_(options), source_(source), conns_(static_cast<std::size_t>(count)) {
     epoll_ = epoll_create1(EPOLL_CLOEXEC);
   }
   ~Holder() {
@@ -272,6 +304,12 @@ class Holder {
     std::size_t next = 0;
     std::deque<std::size_t> waiting;  // opened and not settled, oldest first: their deadlines are in order
     while (next < conns_.size() || !waiting.empty()) {
+      // A server that has kept none of the last 2 x window connections has stopped taking them (at its limit):
+      // the rest are not tried, which keeps a step far past the limit short.
+      if (next < conns_.size() && not_held_in_a_row_ >= 2 * options_.window) {
+        untried_ = static_cast<long>(conns_.size() - next);
+        conns_.resize(next);
+      }
       while (next < conns_.size() && in_flight_ < options_.window) {
         if (!open(next)) return false;
         waiting.push_back(next++);
@@ -297,6 +335,7 @@ class Holder {
   long count(State state) const {
     return std::count_if(conns_.begin(), conns_.end(), [state](const Conn& c) { return c.state == state; });
   }
+  long untried() const { return untried_; }
   long blocked() const {
     return count(State::Connecting) + count(State::Sending) + count(State::Reading);
   }
@@ -310,7 +349,7 @@ class Holder {
   bool open(std::size_t index) {
     Conn& conn = conns_[index];
     conn.opened = Clock::now();
-    conn.fd = connect_nonblocking(options_);
+    conn.fd = connect_nonblocking(options_, source_);
     if (conn.fd == -EMFILE || conn.fd == -ENFILE) {
       std::fprintf(stderr, "idle_conns: ran out of descriptors after %zu connections\n", index);
       return false;
@@ -328,7 +367,10 @@ class Holder {
   }
 
   void settle(Conn& conn) {
-    if (!conn.settled) --in_flight_;
+    if (!conn.settled) {
+      --in_flight_;
+      not_held_in_a_row_ = conn.state == State::Held ? 0 : not_held_in_a_row_ + 1;
+    }
     conn.settled = true;
   }
 
@@ -379,26 +421,122 @@ class Holder {
   }
 
   const Options& options_;
+  const in_addr source_;
   std::vector<Conn> conns_;
   int epoll_ = -1;
   int in_flight_ = 0;
+  long not_held_in_a_row_ = 0;
+  long untried_ = 0;
 };
 
-// Lifts the soft descriptor limit to the hard one; false when even that is too small for `needed`.
-bool raise_fd_limit(long needed) {
+// Lifts the soft descriptor limit to the hard one and returns it.
+long raise_fd_limit() {
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
   limit.rlim_cur = limit.rlim_max;
   setrlimit(RLIMIT_NOFILE, &limit);
-  if (limit.rlim_cur != RLIM_INFINITY && static_cast<long>(limit.rlim_cur) < needed) {
-    std::fprintf(stderr, "idle_conns: %ld connections need %ld descriptors, but the hard limit is %ld "
-                 "(raise it with `ulimit -Hn`)\n", needed - 32, needed, static_cast<long>(limit.rlim_cur));
+  return limit.rlim_cur == RLIM_INFINITY ? 1L << 30 : static_cast<long>(limit.rlim_cur);
+}
+
+// How many ports connect() may choose from for one source address and destination.
+long local_ports() {
+  long low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  return high - low + 1;
+}
+
+volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM: release the connections
+
+// ---- The holder processes -------------------------------------------------------------------------------
+
+// What one holder process reports on its pipe, once when its connections are open and once after SIGTERM.
+struct Counts {
+  long held = 0, refused = 0, closed = 0, blocked = 0, dropped = 0, untried = 0;
+};
+
+void report(int fd, const Holder& holder) {
+  char line[160];
+  const int length = std::snprintf(line, sizeof line, "%ld %ld %ld %ld %ld %ld\n", holder.count(State::Held),
+                                   holder.count(State::Refused), holder.count(State::Closed), holder.blocked(),
+                                   holder.count(State::Dropped), holder.untried());
+  if (write(fd, line, static_cast<std::size_t>(length)) != length) _exit(1);
+}
+
+// A child: opens `count` connections from `source`, reports, holds them until SIGTERM, reports again.
+[[noreturn]] void holder_process(const Options& options, int count, in_addr source, int pipe_fd) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the parent dies, release the connections too
+  if (getppid() == 1) _exit(1);
+  Holder holder(options, count, source);
+  if (!holder.open_all()) _exit(1);
+  holder.poll_events(200);  // let the server settle: late answers, and whatever it closes right away
+  report(pipe_fd, holder);
+  while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
+  report(pipe_fd, holder);
+  holder.release_all();
+  _exit(0);
+}
+
+struct Child {
+  pid_t pid = -1;
+  FILE* reports = nullptr;  // the read end of its pipe
+};
+
+bool read_counts(FILE* reports, Counts& total) {
+  Counts c;
+  if (std::fscanf(reports, "%ld %ld %ld %ld %ld %ld", &c.held, &c.refused, &c.closed, &c.blocked, &c.dropped,
+                  &c.untried) != 6)
     return false;
-  }
+  total.held += c.held, total.refused += c.refused, total.closed += c.closed;
+  total.blocked += c.blocked, total.dropped += c.dropped, total.untried += c.untried;
   return true;
 }
 
-volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM while --hold keeps the connections
+// Starts the holder processes, at most `per_process` connections each, each from its own source address.
+std::vector<Child> start_holders(const Options& options, int per_process) {
+  std::vector<Child> children;
+  for (int first = 0, k = 0; first < options.connections; first += per_process, ++k) {
+    const int count = std::min(per_process, options.connections - first);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) break;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      holder_process(options, count, in_addr{htonl(0x7f010001u + static_cast<std::uint32_t>(k))}, fds[1]);
+    }
+    close(fds[1]);
+    if (pid < 0) {
+      close(fds[0]);
+      break;
+    }
+    children.push_back({pid, fdopen(fds[0], "r")});
+  }
+  return children;
+}
+
+// Reads one report from every child into `total`; false when one failed (its reason is on stderr).
+bool collect(const std::vector<Child>& children, Counts& total) {
+  bool ok = true;
+  for (const Child& child : children) ok = read_counts(child.reports, total) && ok;
+  return ok;
+}
+
+void stop_holders(std::vector<Child>& children) {
+  for (const Child& child : children) kill(child.pid, SIGTERM);
+}
+
+void reap(std::vector<Child>& children) {
+  for (Child& child : children) {
+    fclose(child.reports);
+    waitpid(child.pid, nullptr, 0);
+  }
+}
+
+std::string ms_text(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ms);
+  return text;
+}
 
 }  // namespace
 
@@ -408,49 +546,79 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  if (!raise_fd_limit(options.connections + 32L)) return 1;
+  // Each holder keeps a few descriptors of its own (epoll, the pipe, stdio) and, from its own source address,
+  // uses one local port per connection.
+  const long most = std::min(raise_fd_limit() - 32, local_ports() - 64);
+  const int per_process = static_cast<int>(options.per_process > 0 ? std::min<long>(options.per_process, most)
+                                                                   : most);
+  if (per_process < 1) {
+    std::fputs("idle_conns: the descriptor limit leaves no room for connections (see `ulimit -n`)\n", stderr);
+    return 1;
+  }
+  // No SA_RESTART: SIGTERM interrupts epoll_wait, so the release starts at once. The children inherit it.
+  struct sigaction on_term {};
+  on_term.sa_handler = [](int) { g_release = 1; };
+  sigaction(SIGTERM, &on_term, nullptr);
 
   const Footprint before = footprint(options.pid);
   const auto start = Clock::now();
-  Holder holder(options);
-  if (!holder.open_all()) return 1;
+  std::vector<Child> children = start_holders(options, per_process);
+  Counts opened;
+  if (!collect(children, opened)) {
+    std::fputs("idle_conns: a holder process failed\n", stderr);
+    stop_holders(children);
+    reap(children);
+    return 1;
+  }
   const double setup_s = ms_since(start) / 1000;
-  holder.poll_events(200);  // let the server settle: late answers, and whatever it closes right away
   const Footprint held = footprint(options.pid);
 
-  // New clients while the connections are held: how long does a newcomer wait?
+  // New clients while the connections are held, one after another: how long does a newcomer wait? A server
+  // that answers none of the first three (at its limit, or busy with other connections) is not asked again.
   std::vector<double> answered_ms;
   int probe_refused = 0, probe_timeout = 0;
-  for (int i = 0; i < options.probes; ++i) {
+  for (int i = 0; i < options.probes && (i < 3 || !answered_ms.empty()); ++i) {
     const Probe p = probe(options, 2000);
     if (p.status == 200) answered_ms.push_back(p.ms);
     else if (p.status == 0) ++probe_timeout;
     else ++probe_refused;
   }
   std::sort(answered_ms.begin(), answered_ms.end());
-  holder.poll_events(0);  // did the server close any held connection meanwhile?
+  auto percentile = [&answered_ms](double q) -> std::string {
+    if (answered_ms.empty()) return "n/a";
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(answered_ms.size())));
+    return ms_text(answered_ms[std::max<std::size_t>(rank, 1) - 1]);
+  };
 
   if (options.hold) {
-    // No SA_RESTART: SIGTERM interrupts epoll_wait, so the release starts at once.
-    struct sigaction on_term {};
-    on_term.sa_handler = [](int) { g_release = 1; };
-    sigaction(SIGTERM, &on_term, nullptr);
     // probe: 200 when the new clients were answered, 0 when one got no answer in time, refused otherwise.
     const std::string first = options.probes == 0 ? "none"
                               : !answered_ms.empty() ? "200"
                               : probe_timeout > 0    ? "0"
                                                      : "refused";
-    std::printf("holding held=%ld refused=%ld closed=%ld blocked=%ld setup_s=%.2f probe=%s\n",
-                holder.count(State::Held), holder.count(State::Refused), holder.count(State::Closed),
-                holder.blocked(), setup_s, first.c_str());
+    std::printf("holding held=%ld refused=%ld closed=%ld blocked=%ld untried=%ld setup_s=%.2f probe=%s "
+                "processes=%zu\n", opened.held, opened.refused, opened.closed, opened.blocked, opened.untried,
+                setup_s, first.c_str(), children.size());
     std::fflush(stdout);
-    while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
+    // SIGTERM stays blocked except inside sigsuspend, so it cannot slip in between the test and the wait.
+    sigset_t term, waiting;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, &waiting);
+    sigdelset(&waiting, SIGTERM);
+    while (g_release == 0) sigsuspend(&waiting);
   }
 
-  const long n_held = holder.count(State::Held), n_dropped = holder.count(State::Dropped);
-  const long n_blocked = holder.blocked();
+  // The children's second report: what changed while they were held (late answers, connections dropped).
   const bool server_alive = options.pid == 0 || alive(options.pid);
-  holder.release_all();
+  stop_holders(children);
+  Counts last;
+  const bool reported = collect(children, last);
+  reap(children);  // each released its connections with resets before it exited
+  if (!reported) {
+    std::fputs("idle_conns: a holder process did not report after the release\n", stderr);
+    return 1;
+  }
 
   // After the release, the server must serve again. 01 first works through its accept queue (up to somaxconn
   // connections whose request arrived before the reset, at ~1.1 ms each), hence the generous deadline.
@@ -458,30 +626,21 @@ int main(int argc, char** argv) {
   const auto released = Clock::now();
   while (after.status != 200 && ms_since(released) < 15000) after = probe(options, 1000);
 
-  auto per_conn = [n_held](long delta) -> std::string {
-    if (n_held == 0) return "n/a";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f", static_cast<double>(delta) / static_cast<double>(n_held));
-    return text;
-  };
-  auto ms_or_na = [](bool have, double ms) -> std::string {
-    if (!have) return "n/a";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f", ms);
-    return text;
+  auto per_conn = [&last](long delta) -> std::string {
+    if (last.held == 0) return "n/a";
+    return ms_text(static_cast<double>(delta) / static_cast<double>(last.held));
   };
   std::printf(
-      "connections=%d held=%ld refused=%ld closed=%ld blocked=%ld dropped=%ld setup_s=%.2f "
+      "connections=%d held=%ld refused=%ld closed=%ld blocked=%ld untried=%ld dropped=%ld setup_s=%.2f processes=%zu "
       "rss_before_kib=%ld rss_held_kib=%ld threads_before=%ld threads_held=%ld fds_before=%ld fds_held=%ld "
       "rss_kib_per_conn=%s threads_per_conn=%s fds_per_conn=%s "
-      "probes=%d probe_ok=%zu probe_refused=%d probe_timeout=%d probe_median_ms=%s probe_max_ms=%s "
-      "server_alive=%d after_status=%d after_ms=%.2f\n",
-      options.connections, n_held, holder.count(State::Refused), holder.count(State::Closed), n_blocked,
-      n_dropped, setup_s, before.rss_kib, held.rss_kib, before.threads, held.threads, before.fds, held.fds,
+      "probes=%d probe_ok=%zu probe_refused=%d probe_timeout=%d probe_median_ms=%s probe_p99_ms=%s "
+      "probe_max_ms=%s server_alive=%d after_status=%d after_ms=%.2f\n",
+      options.connections, last.held, last.refused, last.closed, last.blocked, last.untried, last.dropped, setup_s,
+      children.size(), before.rss_kib, held.rss_kib, before.threads, held.threads, before.fds, held.fds,
       per_conn(held.rss_kib - before.rss_kib).c_str(), per_conn(held.threads - before.threads).c_str(),
       per_conn(held.fds - before.fds).c_str(), options.probes, answered_ms.size(), probe_refused,
-      probe_timeout, ms_or_na(!answered_ms.empty(), answered_ms.empty() ? 0 : answered_ms[answered_ms.size() / 2]).c_str(),
-      ms_or_na(!answered_ms.empty(), answered_ms.empty() ? 0 : answered_ms.back()).c_str(), server_alive ? 1 : 0,
-      after.status, after.ms);
+      probe_timeout, percentile(0.5).c_str(), percentile(0.99).c_str(), percentile(1.0).c_str(),
+      server_alive ? 1 : 0, after.status, after.ms);
   return 0;
 }

@@ -310,7 +310,7 @@ class MarkdownTableTest(unittest.TestCase):
             nginx,1000,1000,2,3,0,0,0.51,0.00,1.00,5,0,0,0.21,0.35,000,FAILED: no answer
             05-epoll,1000,,,,,,,,,,,,,,,FAILED: did not start
         """)
-        self.assertEqual(analyse.markdown_table(analyse.table_columns("connections"), raw), [
+        self.assertEqual(analyse.markdown_table(analyse.table_columns("connections-user"), raw), [
             "| server | connections | held | refused | blocked | dropped | RSS KiB/conn | threads/conn | fds/conn "
             "| new client ms (median / max) | after release | check |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
@@ -319,6 +319,27 @@ class MarkdownTableTest(unittest.TestCase):
             "| nginx (reference) | 1000 | 1000 | 5 | 0 | 0 | 0.51 | 0.00 | 1.00 | 0.21 / 0.35 | NOT served "
             "| FAILED: no answer |",
             "| 05-epoll | 1000 |  |  |  |  |  |  |  |  /  |  | FAILED: did not start |",
+        ])
+
+    RAW_KERNEL = csv_lines("""
+        server,connections,held,refused,closed,blocked,untried,dropped,processes,setup_s,rss_kib_per_conn,threads_per_conn,fds_per_conn,kernel_b,server_kernel_b,client_kernel_b,server_charged_b,available_drop_b,idle_cpu_ms,probe_ok,probe_refused,probe_timeout,probe_median_ms,probe_p99_ms,probe_max_ms,after_status,stopped_by,slabs,check
+        05-epoll,10000,10000,0,0,0,0,0,1,0.52,1.50,0.00,1.00,10240,6144,4096,1536,16384,0.0,100,0,0,1.20,1.60,1.70,200,,TCP:4700;sock_inode_cache:1600,ok
+        05-epoll,100000,19989,0,1000,0,79011,0,6,40.1,1.50,0.00,1.00,n/a,n/a,n/a,n/a,n/a,0.0,0,3,0,n/a,n/a,n/a,200,descriptors: a process at 20000 of its 20000 (ulimit -n),n/a,ok
+        05-epoll,1000000,,,,,,,,,,,,,,,,,,,,,,,,,descriptors: a process at 20000 of its 20000 (ulimit -n),,not run
+    """)
+
+    def test_connections_with_the_kernel(self):
+        self.assertEqual(analyse.markdown_table(analyse.table_columns("connections"), self.RAW_KERNEL)[2:], [
+            "| 05-epoll | 10000 | 10000 | 0 | 0 | 0 | 0.52 | 1.50 | 6.00 | 4.00 | 0.00 | 0.0 | 1.20 / 1.60 |  | ok |",
+            "| 05-epoll | 100000 | 19989 | 1000 | 0 | 79011 | 40.1 | 1.50 | n/a | n/a | 0.00 | 0.0 | refused "
+            "| descriptors: a process at 20000 of its 20000 (ulimit -n) | ok |",
+            "| 05-epoll | 1000000 |  |  |  |  |  |  |  |  |  |  |  "
+            "| descriptors: a process at 20000 of its 20000 (ulimit -n) | not run |",
+        ])
+        self.assertEqual(analyse.markdown_table(analyse.table_columns("slabs"), self.RAW_KERNEL)[2:], [
+            "| 05-epoll | 10000 | 10.00 | TCP 4,700 · sock_inode_cache 1,600 |",
+            "| 05-epoll | 19989 | n/a | n/a |",
+            "| 05-epoll |  |  |  |",
         ])
 
 
@@ -464,7 +485,7 @@ class CommittedResultsTest(unittest.TestCase):
                 rows = [line for line in analyse.read_text(folder_file(folder, "summary.md")).split("\n")
                         if line.startswith("| ")]  # the heading and the rows (not the |---| line)
                 kind, tool = table_kind(rows[0])
-                source = "raw.csv" if kind == "connections" else "summary.csv"
+                source = "raw.csv" if kind.startswith("connections") else "summary.csv"
                 table = analyse.markdown_table(analyse.table_columns(kind, tool),
                                                analyse.read_lines(folder_file(folder, source)))
                 self.assertEqual([line for line in table if line.startswith("| ")], rows)
