@@ -11,6 +11,7 @@ CPU time from /proc) and calls this script for everything that is arithmetic or 
   analyse.py table custom CSV --columns SPEC         a table with ad-hoc columns (markdown_table's SPEC)
   analyse.py plot SUMMARY_CSV DIR --title T [--tool wrk]   DIR/plot.dat, and plot.svg and plot.png by gnuplot
   analyse.py plot SUMMARY_CSV DIR --mode idle|latency [--target MS]   the same, from the PANELS of that mode
+  analyse.py plot RAW_CSV DIR --mode connections     one stacked bar per server: user and kernel KiB/connection
   analyse.py knee SUMMARY_CSV [--target MS]          the latency mode: each server's knee, a Markdown table
 
 Python 3 standard library only; unit tests in test_analyse.py (`python3 -m unittest -v test_analyse`).
@@ -769,6 +770,51 @@ def plot_panels(summary_csv: str, results_dir: str, mode: str, title: str, targe
     return problems
 
 
+# ---- plot --mode connections: what one idle connection costs each server, user space and kernel ----------
+
+
+def memory_bars(lines: list[str]) -> list[tuple[str, str, str]]:
+    """raw.csv of --mode connections -> for each server, in the order of the run, its bar: the row with the most
+    connections whose kernel share was measured, as (label, user KiB, kernel KiB) per connection."""
+    names = lines[0].split(",")
+    best: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        if not is_number(row_value(row, "server_kernel_b")) or not is_number(row_value(row, "rss_kib_per_conn")):
+            continue
+        server = row["server"]
+        if server not in best or awk_number(row["held"]) > awk_number(best[server]["held"]):
+            best[server] = row
+    return [(f"{server} ({int(awk_number(row['held'])):,})", row["rss_kib_per_conn"],
+             "%.2f" % (awk_number(row["server_kernel_b"]) / 1024)) for server, row in best.items()]
+
+
+def plot_memory(raw_csv: str, results_dir: str, title: str) -> list[str]:
+    """Writes plot.dat (label, user KiB, kernel KiB per connection) and draws plot.svg and plot.png: one stacked
+    bar per server. Returns the problems met, one sentence each; without gnuplot, only plot.dat."""
+    bars = memory_bars(read_lines(raw_csv))
+    data = results_dir + "/plot.dat"
+    write_text(data, "".join(f'"{label}" {user} {kernel}\n' for label, user, kernel in bars))
+    if not bars or shutil.which("gnuplot") is None:
+        return []
+    problems = []
+    for extension, terminal in PLOT_TERMINALS.items():
+        script = "\n".join([
+            f"set terminal {terminal.replace('1200,500', '1000,520')} noenhanced", "set colorsequence podo",
+            f"set output {gnuplot_quote(f'{results_dir}/plot.{extension}')}",
+            f"set title {gnuplot_quote(title)}", "set style data histograms", "set style histogram rowstacked",
+            "set style fill solid 0.85 border -1", "set boxwidth 0.6", "set grid ytics", "set yrange [0:*]",
+            "set key below", "set xtics rotate by -20",
+            "set ylabel " + gnuplot_quote("KiB per idle connection, the server's side"),
+            f"plot {gnuplot_quote(data)} using 2:xtic(1) title 'user space (RSS)', "
+            "'' using 3 title 'kernel: the socket, its file, epoll or io_uring entries, thread stacks'",
+        ]) + "\n"
+        result = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+        if result.returncode != 0:
+            problems.append(f"gnuplot could not draw the {extension} plot: {result.stderr.strip().splitlines()[0]}")
+    return problems
+
+
 # ---- The command line ---------------------------------------------------------------------------------------
 
 
@@ -795,7 +841,7 @@ def main(argv: list[str]) -> int:
     drawing.add_argument("results_dir")
     drawing.add_argument("--title", default="")
     drawing.add_argument("--tool", default="ab", choices=("ab", "wrk"))
-    drawing.add_argument("--mode", default="throughput", choices=("throughput", *PANELS))
+    drawing.add_argument("--mode", default="throughput", choices=("throughput", "connections", *PANELS))
     drawing.add_argument("--target", type=float, default=10, help="latency: the p99 target, in ms")
 
     knee = commands.add_parser("knee", help="summary.csv of the latency mode -> each server's knee, in Markdown")
@@ -827,6 +873,8 @@ def main(argv: list[str]) -> int:
             print_lines(markdown_table(columns, read_lines(args.csv)))
         elif args.command == "knee":
             print_lines(knees(read_lines(args.summary_csv), args.target))
+        elif args.mode == "connections":  # from raw.csv, given as SUMMARY_CSV
+            print_lines(plot_memory(args.summary_csv, args.results_dir, args.title))
         elif args.mode in PANELS:
             print_lines(plot_panels(args.summary_csv, args.results_dir, args.mode, args.title, args.target))
         else:

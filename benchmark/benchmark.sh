@@ -1788,12 +1788,12 @@ main() {
     write_summary
     if [[ $mode == throughput ]]; then plot_results; fi
   fi
-  if [[ $mode == idle || $mode == latency ]]; then plot_results; fi
+  if [[ $mode =~ ^(idle|latency|connections)$ ]]; then plot_results; fi
 
   say ""
   sed -n '/^| /p' "$results_dir/summary.md"
   say ""
-  say "results: $results_dir (summary.md, summary.csv, raw.csv$(have gnuplot && [[ $mode =~ ^(throughput|idle|latency)$ ]] && echo ", plot.svg, plot.png"))"
+  say "results: $results_dir (summary.md, summary.csv, raw.csv$(have gnuplot && [[ $mode != files ]] && echo ", plot.svg, plot.png"))"
   say "full outputs appended to $log_file"
   if ((failures > 0)); then
     say "FAILED: $failures check(s) failed; see above and the check column" >&2

@@ -8,9 +8,10 @@
   kernel_memory.py diff BEFORE.json AFTER.json --held N        the growth per held connection, one key=value line
 
 What grows, read from /proc (root only for slabinfo):
-  kernel     Slab + KernelStack + PageTables + Percpu + VmallocUsed from /proc/meminfo, and the pages of TCP
-             socket buffers from /proc/net/sockstat: everything the kernel allocated, for both ends of every
-             connection (the client's sockets live in the same kernel as the server's);
+  kernel     Slab + KernelStack + PageTables + Percpu from /proc/meminfo, and the pages of TCP socket buffers
+             from /proc/net/sockstat: what the kernel allocated, for both ends of every connection (the client's
+             sockets live in the same kernel as the server's). Not VmallocUsed: kernel stacks are vmalloc'ed and
+             would count twice;
   slabs      the caches of /proc/slabinfo that grew most (active objects x object size): TCP, sock_inode_cache,
              dentry, filp, eventpoll_epi, ...
 
@@ -36,8 +37,8 @@ import os
 import sys
 import time
 
-MEMINFO_KEYS = ("MemAvailable", "Slab", "KernelStack", "PageTables", "Percpu", "VmallocUsed")
-KERNEL_KEYS = ("Slab", "KernelStack", "PageTables", "Percpu", "VmallocUsed")
+MEMINFO_KEYS = ("MemAvailable", "Slab", "KernelStack", "PageTables", "Percpu")
+KERNEL_KEYS = ("Slab", "KernelStack", "PageTables", "Percpu")
 TOP_SLABS = 6
 
 

@@ -336,6 +336,8 @@ class MarkdownTableTest(unittest.TestCase):
             "| 05-epoll | 1000000 |  |  |  |  |  |  |  |  |  |  |  "
             "| descriptors: a process at 20000 of its 20000 (ulimit -n) | not run |",
         ])
+        # The stacked bars of the plot: each server's largest measured row, user and kernel KiB per connection.
+        self.assertEqual(analyse.memory_bars(self.RAW_KERNEL), [("05-epoll (10,000)", "1.50", "6.00")])
         self.assertEqual(analyse.markdown_table(analyse.table_columns("slabs"), self.RAW_KERNEL)[2:], [
             "| 05-epoll | 10000 | 10.00 | TCP 4,700 · sock_inode_cache 1,600 |",
             "| 05-epoll | 19989 | n/a | n/a |",

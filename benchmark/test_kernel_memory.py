@@ -23,7 +23,7 @@ VmallocUsed:       10000 kB
 def state(slab_kib, tcp_objects, client, server, available_kib=23000000, tcp_buffers=0):
     return {
         "meminfo": {"MemAvailable": available_kib * 1024, "Slab": slab_kib * 1024, "KernelStack": 0,
-                    "PageTables": 0, "Percpu": 0, "VmallocUsed": 0},
+                    "PageTables": 0, "Percpu": 0},
         "slabs": {"TCP": tcp_objects * 2432, "filp": 1000},
         "tcp_buffers": tcp_buffers,
         "cgroups": {"client": client, "server": server},
