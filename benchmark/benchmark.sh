@@ -1175,6 +1175,7 @@ raise_sysctl() {  # $1: a sysctl key (fs.nr_open); $2: the value it needs at lea
   echo "$2" >"$file"
   changed_settings+=("$1 $old")
 }
+# shellcheck disable=SC2317  # (called by cleanup, from the EXIT trap)
 restore_settings() {
   local entry key
   for entry in "${changed_settings[@]}"; do
@@ -1233,6 +1234,7 @@ memory_cgroup() {
   return 1
 }
 
+# shellcheck disable=SC2317  # (called by cleanup, from the EXIT trap)
 remove_cgroups() {
   local dir
   for dir in "$server_cg" "$client_cg"; do
@@ -1243,12 +1245,13 @@ remove_cgroups() {
 # A command's words that start what follows them inside a cgroup: `in_cgroup DIR` + COMMAND.
 in_cgroup() {
   if [[ -z $1 ]]; then return 0; fi
+  # shellcheck disable=SC2016  # (the inner shell expands them)
   printf '%s\n' sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$1"
 }
 
 kernel_snapshot() {  # $1: the JSON file; [$2: --settle]
   python3 "$SCRIPT_DIR/kernel_memory.py" snapshot "$1" ${server_cg:+--cgroup "server=$server_cg"} \
-    ${client_cg:+--cgroup "client=$client_cg"} ${2:-}
+    ${client_cg:+--cgroup "client=$client_cg"} ${2:+"$2"}
 }
 
 # For each N: a fresh server; idle_conns --hold opens N idle keep-alive connections and times new clients;
@@ -1267,22 +1270,22 @@ connection_cost() {
     fi
     if [[ -n $stopped ]]; then
       say "  not run: $stopped"
-      last_line=() k=()
+      last_line=() kmem=()
       conn_row "$name" "$n" "not run" "$stopped"
       continue
     fi
     connection_step "$name" "$n"
     if [[ -n $step_stopped ]]; then stopped=$step_stopped; fi
-    if [[ ${k[available_drop_b]:-n/a} != n/a ]] && ((k[available_drop_b] > 0)); then guess_b=${k[available_drop_b]}; fi
+    if [[ ${kmem[available_drop_b]:-n/a} != n/a ]] && ((kmem[available_drop_b] > 0)); then guess_b=${kmem[available_drop_b]}; fi
   done
 }
 
-# One server, one N. Sets step_stopped when the server did not hold them all, and k (the kernel's growth).
-declare -A k=()
+# One server, one N. Sets step_stopped when the server did not hold them all, and kmem (the kernel's growth).
+declare -A kmem=()
 connection_step() {
   local name=$1 n=$2 started=0 problems=() ticks idle_ms=n/a
   step_stopped=
-  k=() held_line=() last_line=()
+  kmem=() held_line=() last_line=()
   launch_prefix=()
   if [[ -n $server_cg ]]; then mapfile -t launch_prefix < <(in_cgroup "$server_cg"); fi
   start_named "$name" && started=1
@@ -1311,7 +1314,7 @@ connection_step() {
   if [[ -n ${last_line[held]:-} && -f $TMP/after.json ]] && ((held_line[held] == n)); then
     local key
     for key in $(python3 "$SCRIPT_DIR/kernel_memory.py" diff "$TMP/before.json" "$TMP/after.json" \
-      --held "${held_line[held]}"); do k[${key%%=*}]=${key#*=}; done
+      --held "${held_line[held]}"); do kmem[${key%%=*}]=${key#*=}; done
   fi
   rm -f "$TMP/before.json" "$TMP/after.json"
   local r=${last_line[held]:+1}
@@ -1319,8 +1322,8 @@ connection_step() {
     problems+=("idle_conns failed: $(head -1 "$TMP/hold.err")")
     step_stopped="idle_conns failed"
   else
-    say "  per held connection: server ${last_line[rss_kib_per_conn]} KiB user, ${k[server_kernel_b]:-n/a} B kernel; client ${k[client_kernel_b]:-n/a} B kernel; ${last_line[threads_per_conn]} threads, ${last_line[fds_per_conn]} descriptors"
-    say "  slabs grown (bytes per connection, both ends): ${k[slabs]:-n/a}"
+    say "  per held connection: server ${last_line[rss_kib_per_conn]} KiB user, ${kmem[server_kernel_b]:-n/a} B kernel; client ${kmem[client_kernel_b]:-n/a} B kernel; ${last_line[threads_per_conn]} threads, ${last_line[fds_per_conn]} descriptors"
+    say "  slabs grown (bytes per connection, both ends): ${kmem[slabs]:-n/a}"
     say "  a new client meanwhile: ${last_line[probe_ok]}/${last_line[probes]} answered, median ${last_line[probe_median_ms]} ms, p99 ${last_line[probe_p99_ms]} ms; the server's CPU over ${IDLE_WINDOW_S} s idle: $idle_ms ms"
     if [[ -n $step_stopped ]]; then say "  stopped by $step_stopped"; fi
     ((last_line[server_alive] == 1)) || problems+=("the server died")
@@ -1378,17 +1381,16 @@ what_stopped() {
 }
 
 conn_row() {  # $1: server, $2: N, $3: check, $4: what stopped it, [$5: idle CPU ms]
-  local -n v=last_line
   local cols=() key
   for key in held refused closed blocked untried dropped processes setup_s rss_kib_per_conn threads_per_conn fds_per_conn; do
-    cols+=("${v[$key]:-}")
+    cols+=("${last_line[$key]:-}")
   done
-  for key in kernel_b server_kernel_b client_kernel_b server_charged_b available_drop_b; do cols+=("${k[$key]:-}"); done
+  for key in kernel_b server_kernel_b client_kernel_b server_charged_b available_drop_b; do cols+=("${kmem[$key]:-}"); done
   cols+=("${5:-}")
   for key in probe_ok probe_refused probe_timeout probe_median_ms probe_p99_ms probe_max_ms after_status; do
-    cols+=("${v[$key]:-}")
+    cols+=("${last_line[$key]:-}")
   done
-  cols+=("${4//,/;}" "${k[slabs]:-}" "${3//,/;}")
+  cols+=("${4//,/;}" "${kmem[slabs]:-}" "${3//,/;}")
   (IFS=,; echo "$1,$2,${cols[*]}") >>"$raw_csv"
 }
 
@@ -1442,12 +1444,11 @@ holder_prefix=()    # words before the command: in_cgroup
 declare -A held_line=()  # the holding line's figures, by key
 hold_idle() {
   local n=$1 line="" key deadline=$((SECONDS + 120 + $1 / 1000))
-  local -n r=held_line
-  r=()
+  held_line=()
   hold_problem=
   rm -f "$TMP/hold.out"  # the loop below must not read an earlier holder's line
-  # One probe: a new client, timed, beside the held connections. No answer within 2 s means the server serves
-  # nobody else while they are held (01 serves one connection at a time): ab would only time out.
+  # New clients timed beside the held connections (one in the idle mode). No answer within 2 s means the server
+  # serves nobody else while they are held (01 serves one connection at a time): ab would only time out.
   "${holder_prefix[@]}" "$(client_binary)" --port "$server_port" --connections "$n" --pid "$server_pid" \
     --probes "$hold_probes" --hold >"$TMP/hold.out" 2>"$TMP/hold.err" &
   holder_pid=$!
@@ -1461,13 +1462,13 @@ hold_idle() {
     fail_check "$name: $hold_problem"
     return 1
   fi
-  for key in ${line#holding }; do r[${key%%=*}]=${key#*=}; done
-  say "  holding ${r[held]} of $n idle connections (refused ${r[refused]}, closed ${r[closed]}, unanswered ${r[blocked]}; set up in ${r[setup_s]} s); a new client: ${r[probe]}"
-  if ((r[held] < n)); then
-    hold_problem="it held ${r[held]} of $n idle connections (refused ${r[refused]}, closed ${r[closed]}, unanswered ${r[blocked]})"
+  for key in ${line#holding }; do held_line[${key%%=*}]=${key#*=}; done
+  say "  holding ${held_line[held]} of $n idle connections (refused ${held_line[refused]}, closed ${held_line[closed]}, unanswered ${held_line[blocked]}; set up in ${held_line[setup_s]} s); a new client: ${held_line[probe]}"
+  if ((held_line[held] < n)); then
+    hold_problem="it held ${held_line[held]} of $n idle connections (refused ${held_line[refused]}, closed ${held_line[closed]}, unanswered ${held_line[blocked]})"
     return 1
   fi
-  if [[ ${r[probe]} != 200 ]]; then
+  if [[ ${held_line[probe]} != 200 ]]; then
     hold_problem="a new client got no answer beside $n idle connections"
     return 1
   fi
@@ -1478,8 +1479,7 @@ hold_idle() {
 declare -A last_line=()  # the final line's figures, by key
 release_idle() {
   local name=$1 n=$2 line key
-  local -n r=last_line
-  r=()
+  last_line=()
   if [[ -z $holder_pid ]]; then return 0; fi
   kill -TERM "$holder_pid" 2>/dev/null || true
   local deadline=$((SECONDS + 30 + n / 20000))  # a million resets take a while
@@ -1489,10 +1489,10 @@ release_idle() {
   holder_pid=
   cat "$TMP/hold.out" "$TMP/hold.err" >>"$log_file"
   line=$(tail -1 "$TMP/hold.out")
-  for key in $line; do r[${key%%=*}]=${key#*=}; done
-  if [[ -z ${r[dropped]:-} ]]; then fail_check "$name beside $n idle: idle_conns did not finish: $(head -1 "$TMP/hold.err")"; return 0; fi
-  ((r[dropped] == 0)) || fail_check "$name beside $n idle: it closed ${r[dropped]} of the held connections during the runs"
-  ((r[after_status] == 200)) || fail_check "$name beside $n idle: no answer to a new client after the connections were released"
+  for key in $line; do last_line[${key%%=*}]=${key#*=}; done
+  if [[ -z ${last_line[dropped]:-} ]]; then fail_check "$name beside $n idle: idle_conns did not finish: $(head -1 "$TMP/hold.err")"; return 0; fi
+  ((last_line[dropped] == 0)) || fail_check "$name beside $n idle: it closed ${last_line[dropped]} of the held connections during the runs"
+  ((last_line[after_status] == 200)) || fail_check "$name beside $n idle: no answer to a new client after the connections were released"
 }
 
 # ---- The latency mode -------------------------------------------------------------------------------------
