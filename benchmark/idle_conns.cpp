@@ -376,6 +376,7 @@ class Holder {
 
   void finish(Conn& conn, State state) {
     conn.state = state;
+    if (state == State::Held) not_held_in_a_row_ = 0;  // a late answer too: the server is slow, not stopped
     conn.received.clear();
     conn.received.shrink_to_fit();
     settle(conn);
