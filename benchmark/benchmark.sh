@@ -663,6 +663,14 @@ start_nginx() {
     chmod 644 "$dir/www/index.html"
   fi
   server_command="nginx -p $dir -c nginx.conf (worker_processes $nginx_workers)"
+  # Holding connections, each worker listens on a socket of its own (reuseport), and the kernel spreads the
+  # connections evenly among them by hash. With one shared socket, the worker that wakes first takes most of them,
+  # and once it has worker_connections it closes its idle keep-alive ones to make room for new ones.
+  local listen_extra=""
+  if [[ $mode == connections ]]; then
+    listen_extra=" reuseport"
+    server_command="nginx -p $dir -c nginx.conf (worker_processes $nginx_workers, listen reuseport)"
+  fi
   # --mode files: the folder the servers serve, sent the way nginx is usually set up for static files (sendfile,
   # and tcp_nopush: the headers go out in the same packet as the start of the file). A folder gets its index.html.
   local site="root $dir/www;
@@ -698,7 +706,7 @@ http {
   uwsgi_temp_path $dir/temp/uwsgi;
   scgi_temp_path $dir/temp/scgi;
   server {
-    listen 127.0.0.1:$port backlog=4096;
+    listen 127.0.0.1:$port backlog=4096$listen_extra;
     $site
   }
 }

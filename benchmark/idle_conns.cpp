@@ -178,7 +178,7 @@ bool alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
 // ---- HTTP, just enough to know when one response is complete ----------------------------------------------
 
 const std::string kKeepAliveRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-const std::string kProbeRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+const std::string& kProbeRequest = kKeepAliveRequest;  // the probe closes first, with a reset: see probe()
 
 // The status code once a whole response (head and Content-Length body) is in `received`; 0 while incomplete.
 // `closing` tells whether the server announced that it closes the connection after it.
@@ -232,7 +232,7 @@ void close_with_reset(int fd) {
   close(fd);
 }
 
-// ---- One new client, timed: connect, one request with Connection: close, the whole answer -----------------
+// ---- One new client, timed: connect, one request, the whole answer -----------------------------------------
 
 struct Probe {
   int status = 0;  // 0: no complete answer in time, -1: closed without an answer
@@ -263,11 +263,15 @@ Probe probe(const Options& options, int timeout_ms) {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) { result.status = -1; break; }
   }
   result.ms = ms_since(start);
-  close(fd);
+  // We close, with a reset: a server that closed first would keep a TIME_WAIT socket for a minute per probe, and
+  // benchmark.sh waits for those to go before it reads the kernel's memory.
+  close_with_reset(fd);
   return result;
 }
 
 // ---- The held connections ---------------------------------------------------------------------------------
+
+volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM: release the connections (or stop opening them)
 
 //   Connecting --connected--> Sending --request sent--> Reading --200--> Held --server closes it--> Dropped
 //        |                       |                          |--other status--> Refused
@@ -303,7 +307,7 @@ class Holder {
   bool open_all() {
     std::size_t next = 0;
     std::deque<std::size_t> waiting;  // opened and not settled, oldest first: their deadlines are in order
-    while (next < conns_.size() || !waiting.empty()) {
+    while ((next < conns_.size() || !waiting.empty()) && g_release == 0) {
       // A server that has kept none of the last 2 x window connections has stopped taking them (at its limit):
       // the rest are not tried, which keeps a step far past the limit short.
       if (next < conns_.size() && not_held_in_a_row_ >= 2 * options_.window) {
@@ -447,7 +451,6 @@ long local_ports() {
   return high - low + 1;
 }
 
-volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM: release the connections
 
 // ---- The holder processes -------------------------------------------------------------------------------
 
