@@ -273,6 +273,12 @@ Probe probe(const Options& options, int timeout_ms) {
 
 volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM: release the connections (or stop opening them)
 
+// The children's PIDs, for the parent's SIGTERM handler to pass the signal on (kill() is async-signal-safe):
+// a parent still waiting for their first report must not wait for them to finish opening.
+constexpr int kMaxChildren = 4096;
+pid_t g_children[kMaxChildren];
+volatile std::sig_atomic_t g_child_count = 0;
+
 //   Connecting --connected--> Sending --request sent--> Reading --200--> Held --server closes it--> Dropped
 //        |                       |                          |--other status--> Refused
 //        +-----------------------+--error or EOF------------+--200 with Connection: close, or EOF--> Closed
@@ -469,6 +475,7 @@ void report(int fd, const Holder& holder) {
 
 // A child: opens `count` connections from `source`, reports, holds them until SIGTERM, reports again.
 [[noreturn]] void holder_process(const Options& options, int count, in_addr source, int pipe_fd) {
+  g_child_count = 0;                 // the siblings started before it are not its to stop
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the parent dies, release the connections too
   if (getppid() == 1) _exit(1);
   Holder holder(options, count, source);
@@ -514,6 +521,10 @@ std::vector<Child> start_holders(const Options& options, int per_process) {
       break;
     }
     children.push_back({pid, fdopen(fds[0], "r")});
+    if (g_child_count < kMaxChildren) {
+      g_children[g_child_count] = pid;
+      g_child_count = g_child_count + 1;
+    }
   }
   return children;
 }
@@ -561,7 +572,10 @@ int main(int argc, char** argv) {
   }
   // No SA_RESTART: SIGTERM interrupts epoll_wait, so the release starts at once. The children inherit it.
   struct sigaction on_term {};
-  on_term.sa_handler = [](int) { g_release = 1; };
+  on_term.sa_handler = [](int) {
+    g_release = 1;
+    for (int i = 0; i < g_child_count; ++i) kill(g_children[i], SIGTERM);  // none in a child
+  };
   sigaction(SIGTERM, &on_term, nullptr);
 
   const Footprint before = footprint(options.pid);
@@ -569,7 +583,8 @@ int main(int argc, char** argv) {
   std::vector<Child> children = start_holders(options, per_process);
   Counts opened;
   if (!collect(children, opened)) {
-    std::fputs("idle_conns: a holder process failed\n", stderr);
+    std::fputs(g_release != 0 ? "idle_conns: stopped (SIGTERM) before the connections were all open\n"
+                              : "idle_conns: a holder process failed\n", stderr);
     stop_holders(children);
     reap(children);
     return 1;
