@@ -1663,7 +1663,7 @@ write_summary() {
   if [[ $tool == wrk ]]; then load_desc="wrk, $duration per run, keep-alive, $wrk_threads client thread(s), --latency"
   else load_desc="ab, $requests requests per run, $( ((keepalive)) && echo "keep-alive (-k)" || echo "a new connection per request")"; fi
   if [[ $mode == connections ]]; then
-    load_desc="idle_conns --hold: N idle keep-alive connections (each answered once), from as many holder processes and 127.1.0.x source addresses as the descriptor limit and the ports need; then $CONN_PROBES new clients timed one after another, the kernel's memory read (kernel_memory.py), and the server's CPU time over $IDLE_WINDOW_S s idle"
+    load_desc="idle_conns --hold: N idle keep-alive connections (each answered once), from as many holder processes as the descriptor limit needs, 16 source addresses (127.1.K.x) each; then $CONN_PROBES new clients timed one after another, the kernel's memory read (kernel_memory.py), and the server's CPU time over $IDLE_WINDOW_S s idle"
   fi
   if [[ $mode == idle ]]; then
     load_desc="ab, $requests requests per run, -c ${concurrencies[*]}, a new connection per request and keep-alive (-k), beside N idle keep-alive connections that idle_conns --hold opened first (each answered once, then silent)"

@@ -5,8 +5,8 @@
 //   2. opens N connections, at most --window of them waiting for an answer at once, and sends one keep-alive
 //      GET on each. A process may hold only so many descriptors (`ulimit -Hn`), and one source address has only
 //      so many ports, so the connections are shared among holder processes: each a child with its own epoll,
-//      its own source address (127.1.0.1, 127.1.0.2, ...: loopback has all of 127.0.0.0/8) and at most
-//      --per-process connections. Every connection ends up as one of
+//      at most --per-process connections, and 16 source addresses of its own (127.1.K.1 to 127.1.K.16 for
+//      holder K: loopback has all of 127.0.0.0/8), so that connect()'s search for a free port stays short. Every connection ends up as one of
 //        held     answered 200 and left open: the server now holds an idle keep-alive connection;
 //        refused  answered with another status (03 answers 503 past FD_SETSIZE, 04 when its queue is full);
 //        closed   not kept: closed or reset by the server, without an answer or after one that said
@@ -271,6 +271,8 @@ Probe probe(const Options& options, int timeout_ms) {
 
 // ---- The held connections ---------------------------------------------------------------------------------
 
+constexpr int kSourcesPerHolder = 16;  // source addresses per holder process: 127.1.K.1 to 127.1.K.16
+
 volatile std::sig_atomic_t g_release = 0;  // set by SIGTERM: release the connections (or stop opening them)
 
 // The children's PIDs, for the parent's SIGTERM handler to pass the signal on (kill() is async-signal-safe):
@@ -359,7 +361,10 @@ class Holder {
   bool open(std::size_t index) {
     Conn& conn = conns_[index];
     conn.opened = Clock::now();
-    conn.fd = connect_nonblocking(options_, source_);
+    // Spread over kSourcesPerHolder addresses: connect() looks for a free port by trying them one by one, and
+    // that search slows down as a source address's port range fills.
+    const in_addr source{htonl(ntohl(source_.s_addr) + static_cast<std::uint32_t>(index % kSourcesPerHolder))};
+    conn.fd = connect_nonblocking(options_, source);
     if (conn.fd == -EMFILE || conn.fd == -ENFILE) {
       std::fprintf(stderr, "idle_conns: ran out of descriptors after %zu connections\n", index);
       return false;
@@ -513,7 +518,7 @@ std::vector<Child> start_holders(const Options& options, int per_process) {
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      holder_process(options, count, in_addr{htonl(0x7f010001u + static_cast<std::uint32_t>(k))}, fds[1]);
+      holder_process(options, count, in_addr{htonl(0x7f010001u + (static_cast<std::uint32_t>(k) << 8))}, fds[1]);
     }
     close(fds[1]);
     if (pid < 0) {
@@ -563,7 +568,7 @@ int main(int argc, char** argv) {
   }
   // Each holder keeps a few descriptors of its own (epoll, the pipe, stdio) and, from its own source address,
   // uses one local port per connection.
-  const long most = std::min(raise_fd_limit() - 32, local_ports() - 64);
+  const long most = std::min(raise_fd_limit() - 32, kSourcesPerHolder * local_ports() - 64);
   const int per_process = static_cast<int>(options.per_process > 0 ? std::min<long>(options.per_process, most)
                                                                    : most);
   if (per_process < 1) {
