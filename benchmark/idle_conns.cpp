@@ -481,6 +481,9 @@ void report(int fd, const Holder& holder) {
 // A child: opens `count` connections from `source`, reports, holds them until SIGTERM, reports again.
 [[noreturn]] void holder_process(const Options& options, int count, in_addr source, int pipe_fd) {
   g_child_count = 0;                 // the siblings started before it are not its to stop
+  // The read ends of its elder siblings' pipes came with fork(): close them, they would take its descriptors.
+  close_range(3, static_cast<unsigned>(pipe_fd) - 1, 0);
+  close_range(static_cast<unsigned>(pipe_fd) + 1, ~0U, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the parent dies, release the connections too
   if (getppid() == 1) _exit(1);
   Holder holder(options, count, source);
