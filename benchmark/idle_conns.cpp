@@ -489,6 +489,13 @@ void report(int fd, const Holder& holder) {
   Holder holder(options, count, source);
   if (!holder.open_all()) _exit(1);
   holder.poll_events(200);  // let the server settle: late answers, and whatever it closes right away
+  // A server still working through its accept queue answers late: wait while answers keep coming, so that the
+  // count reported is final. One that answers nothing for 2 s (every thread busy, or at its limit) is done.
+  auto progress = Clock::now();
+  for (long pending = holder.blocked(); pending > 0 && ms_since(progress) < 2000 && g_release == 0;) {
+    holder.poll_events(100);
+    if (holder.blocked() < pending) pending = holder.blocked(), progress = Clock::now();
+  }
   report(pipe_fd, holder);
   while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
   report(pipe_fd, holder);
