@@ -6,7 +6,8 @@
 //      GET on each. A process may hold only so many descriptors (`ulimit -Hn`), and one source address has only
 //      so many ports, so the connections are shared among holder processes: each a child with its own epoll,
 //      at most --per-process connections, and 16 source addresses of its own (127.1.K.1 to 127.1.K.16 for
-//      holder K: loopback has all of 127.0.0.0/8), so that connect()'s search for a free port stays short. Every connection ends up as one of
+//      holder K: loopback has all of 127.0.0.0/8), so that connect()'s search for a free port stays short.
+//      Every connection ends up as one of
 //        held     answered 200 and left open: the server now holds an idle keep-alive connection;
 //        refused  answered with another status (03 answers 503 past FD_SETSIZE, 04 when its queue is full);
 //        closed   not kept: closed or reset by the server, without an answer or after one that said
@@ -178,7 +179,6 @@ bool alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
 // ---- HTTP, just enough to know when one response is complete ----------------------------------------------
 
 const std::string kKeepAliveRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-const std::string& kProbeRequest = kKeepAliveRequest;  // the probe closes first, with a reset: see probe()
 
 // The status code once a whole response (head and Content-Length body) is in `received`; 0 while incomplete.
 // `closing` tells whether the server announced that it closes the connection after it.
@@ -247,10 +247,10 @@ Probe probe(const Options& options, int timeout_ms) {
   std::string received;
   std::size_t sent = 0;
   while (ms_since(start) < timeout_ms) {
-    pollfd watch{fd, static_cast<short>(sent < kProbeRequest.size() ? POLLOUT : POLLIN), 0};
+    pollfd watch{fd, static_cast<short>(sent < kKeepAliveRequest.size() ? POLLOUT : POLLIN), 0};
     if (poll(&watch, 1, std::max(1, timeout_ms - static_cast<int>(ms_since(start)))) <= 0) continue;
-    if (sent < kProbeRequest.size()) {
-      const ssize_t n = send(fd, kProbeRequest.data() + sent, kProbeRequest.size() - sent, MSG_NOSIGNAL);
+    if (sent < kKeepAliveRequest.size()) {
+      const ssize_t n = send(fd, kKeepAliveRequest.data() + sent, kKeepAliveRequest.size() - sent, MSG_NOSIGNAL);
       if (n < 0 && errno != EAGAIN && errno != EINTR) { result.status = -1; break; }
       if (n > 0) sent += static_cast<std::size_t>(n);
       continue;
@@ -518,7 +518,7 @@ bool read_counts(FILE* reports, Counts& total) {
   return true;
 }
 
-// Starts the holder processes, at most `per_process` connections each, each from its own source address.
+// Starts the holder processes, at most `per_process` connections each, each from source addresses of its own.
 std::vector<Child> start_holders(const Options& options, int per_process) {
   std::vector<Child> children;
   for (int first = 0, k = 0; first < options.connections; first += per_process, ++k) {

@@ -165,7 +165,8 @@ def diff(before: dict, after: dict, held: int) -> dict[str, str]:
         "server_kernel_b": per_conn(None if client is None else kernel - client),
         "client_kernel_b": per_conn(client),
         "server_charged_b": per_conn(charged("server")),
-        "available_drop_b": per_conn(before["meminfo"].get("MemAvailable", 0) - after["meminfo"].get("MemAvailable", 0)),
+        "available_drop_b": per_conn(before["meminfo"].get("MemAvailable", 0)
+                                     - after["meminfo"].get("MemAvailable", 0)),
         "slabs": ";".join(top) if top else "n/a",
     }
 
