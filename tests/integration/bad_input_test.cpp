@@ -93,6 +93,8 @@ TEST_P(BadInputAllCases, EachAnsweredWithErrorThenClosed) {
   }
 }
 
+// Empty when tests/grade.sh grades a server that this rule is not for.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BadInputAllCases);
 INSTANTIATE_TEST_SUITE_P(Variants, BadInputAllCases, ::testing::ValuesIn(only_variants(all_servers())), ServerName());
 
 }  // namespace

@@ -205,6 +205,8 @@ TEST_P(ClosingMany, StopAfterThousandsOfConnectionsEndAtOnce) {
                                      << " ms after SIGTERM; stderr: " << server_->err();
 }
 
+// Empty when tests/grade.sh grades a server that this rule is not for.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ClosingMany);
 INSTANTIATE_TEST_SUITE_P(EventLoops, ClosingMany, ::testing::ValuesIn(servers({5, 6, 7})), ServerName());
 
 }  // namespace

@@ -276,6 +276,8 @@ TEST_P(ConformanceAllCases, RefusedAndAccepted) {
   }
 }
 
+// Empty when tests/grade.sh grades a server that this rule is not for.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ConformanceAllCases);
 INSTANTIATE_TEST_SUITE_P(Variants, ConformanceAllCases, ::testing::ValuesIn(only_variants(all_servers())),
                          ServerName());
 

@@ -271,6 +271,29 @@ TEST_P(IdleTimeout, IdleConnectionsAreClosed) {
   EXPECT_TRUE(serves_new_client());
 }
 
+// An idle server sleeps. With ten keep-alive connections open (01: one, all it serves at once) and nothing to do, it waits in the kernel and uses
+// next to no CPU; a loop that polls with a zero timeout, or that keeps being told about a socket it does not read,
+// uses a whole core. (Counted for the process the command started: its threads, not its child processes.)
+TEST_P(IdleTimeout, NoCpuWhileIdle) {
+  if (!launch({"--delay-us", "0"})) return;
+  std::vector<Client> clients;
+  for (int i = 0; i < (server_info().number == 1 ? 1 : 10); ++i) {
+    clients.push_back(connect());
+    ASSERT_TRUE(clients.back().ok()) << clients.back().error();
+    ASSERT_TRUE(clients.back().send(request("GET", "/"), deadline_in(kIoTimeout))) << clients.back().error();
+    ASSERT_TRUE(clients.back().read_response(deadline_in(kIoTimeout))) << clients.back().error();
+  }
+  const long before = cpu_ticks(server_->pid());
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(2s);
+  const long ticks = cpu_ticks(server_->pid()) - before;
+  const double share = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK)) /
+                       std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_GE(before, 0) << "cannot read /proc/" << server_->pid() << "/stat";
+  EXPECT_LT(share, 0.2) << "while idle with keep-alive connections open the server used " << static_cast<int>(share * 100)
+                        << " % of a CPU";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllServers, IdleTimeout, ::testing::ValuesIn(all_servers()), ServerName());
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,6 +99,57 @@ struct HttpResponse {
     std::string out = status_line + "\n";
     for (const auto& h : headers) out += h.first + ": " + h.second + "\n";
     return out;
+  }
+};
+
+// What the test's clients sent and received, so that a failure can show the exchange (tests/grade.sh puts it in
+// its report): the last few entries, consecutive sends on one connection merged. The fixture clears it before
+// each test. Process-wide and locked, since some tests drive clients from several threads.
+class Transcript {
+ public:
+  static void sent(int fd, std::string_view bytes) { add(fd, "sent", bytes); }
+  static void received(int fd, const HttpResponse& r) {
+    add(fd, "got", r.head_text() + "(" + std::to_string(r.body.size()) + " bytes of body)");
+  }
+  static void clear() {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().entries.clear();
+  }
+  static std::string text() {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    std::string out;
+    for (const Entry& e : state().entries) out += "connection " + std::to_string(e.fd) + " " + e.what + ": " + e.bytes + "\n";
+    return out;
+  }
+
+ private:
+  struct Entry {
+    int fd;
+    std::string what;
+    std::string bytes;
+  };
+  struct State {
+    std::mutex mutex;
+    std::vector<Entry> entries;
+  };
+  static State& state() {
+    static State s;
+    return s;
+  }
+  static void add(int fd, const char* what, std::string_view bytes) {
+    constexpr std::size_t kEntries = 8, kBytes = 400;
+    std::lock_guard<std::mutex> lock(state().mutex);
+    auto& entries = state().entries;
+    if (entries.empty() || entries.back().fd != fd || entries.back().what != what) {
+      if (entries.size() == kEntries) entries.erase(entries.begin());
+      entries.push_back({fd, what, ""});
+    }
+    std::string& kept = entries.back().bytes;
+    for (char c : bytes.substr(0, kBytes - std::min(kBytes, kept.size()))) {
+      if (c == '\r') kept += "\\r";
+      else if (c == '\n') kept += what == std::string_view("sent") ? "\\n" : " | ";
+      else kept += std::isprint(static_cast<unsigned char>(c)) ? c : '.';
+    }
   }
 };
 
@@ -240,6 +292,7 @@ class Client {
 
   // Sends all of `bytes`. MSG_NOSIGNAL: a server that closed early must fail the test, not kill it.
   bool send(std::string_view bytes, Deadline deadline) {
+    Transcript::sent(fd_.get(), bytes);
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -269,7 +322,7 @@ class Client {
       HttpResponse r;
       std::string err;
       switch (parse_response(in_, head, r, err)) {
-        case Parse::complete: return r;
+        case Parse::complete: Transcript::received(fd_.get(), r); return r;
         case Parse::malformed: set_error(err); return std::nullopt;
         case Parse::need_more: break;
       }

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -67,7 +68,61 @@ inline const char* binary(const char* env_name, const char* built) {
   return given != nullptr && *given != '\0' ? given : built;
 }
 
-// The seven, then the variants of 06 and 07.
+// The server that tests/grade.sh grades, when it sets PSP_GRADE_COMMAND: the suite then runs on that command
+// alone, named "graded". The variable holds the command's words separated by the ASCII unit separator (0x1f), so
+// that any word survives; PSP_GRADE_CHAPTER (1 to 7, default 0) says whose per-model rules apply to it. Chapter 0
+// is "a concurrent server of any model": every rule that the servers of chapters 02 to 07 all follow applies.
+//
+// A command with `{port}` in it is any HTTP server, in any language: the fixture picks a free port, puts it in, puts
+// the folder to serve in place of `{root}`, and waits until the port accepts. Such a server takes none of this
+// repository's flags, so a check that needs one (--idle-timeout 1, say) is skipped, and not scored.
+struct GradedCommand {
+  std::vector<std::string> words;
+  int chapter = 0;
+  bool templated = false;  // has {port}
+};
+inline const std::optional<GradedCommand>& graded_command() {
+  static const std::optional<GradedCommand> command = []() -> std::optional<GradedCommand> {
+    const char* words = std::getenv("PSP_GRADE_COMMAND");
+    if (words == nullptr || *words == '\0') return std::nullopt;
+    GradedCommand c;
+    std::string word;
+    for (const char* p = words;; ++p) {
+      if (*p == '\x1f' || *p == '\0') {
+        c.words.push_back(word);
+        word.clear();
+        if (*p == '\0') break;
+      } else {
+        word += *p;
+      }
+    }
+    for (const std::string& w : c.words) c.templated = c.templated || w.find("{port}") != std::string::npos;
+    if (const char* chapter = std::getenv("PSP_GRADE_CHAPTER")) c.chapter = std::atoi(chapter);
+    return c;
+  }();
+  return command;
+}
+
+inline void replace_all(std::string& text, std::string_view name, const std::string& value) {
+  for (std::size_t at = 0; (at = text.find(name, at)) != std::string::npos; at += value.size())
+    text.replace(at, name.size(), value);
+}
+
+// A port that nothing listens on now: the kernel's choice for a socket bound to port 0, closed again. Another
+// process could take it before the graded server does; then that check fails to start, and says so.
+inline std::uint16_t free_port() {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (!s.valid() || ::bind(s.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return 0;
+  return ntohs(addr.sin_port);
+}
+
+// The seven, then the variants of 06 and 07; or only the graded command.
 //
 // A variant's flags come before a test's own, and the options parser keeps the last value of a flag, so a test
 // that needs one loop (`--threads 1`) gets it from every variant. --topology single refuses any other --threads,
@@ -75,6 +130,10 @@ inline const char* binary(const char* env_name, const char* built) {
 // so that they do on a one-core machine too.
 inline const std::vector<ServerInfo>& all_servers() {
   static const std::vector<ServerInfo> servers = [] {
+    if (const auto& graded = graded_command()) {
+      const std::vector<std::string> args(graded->words.begin() + 1, graded->words.end());
+      return std::vector<ServerInfo>{{graded->chapter, "graded", graded->words[0].c_str(), args}};
+    }
     std::vector<ServerInfo> v = {
         {1, "s01_blocking_single", binary("PSP_SERVER_01", PSP_SERVER_01)},
         {2, "s02_thread_per_conn", binary("PSP_SERVER_02", PSP_SERVER_02)},
@@ -119,11 +178,14 @@ inline const std::vector<ServerInfo>& all_servers() {
   return servers;
 }
 
-// The servers of these chapters, each with its variants.
+// The servers of these chapters, each with its variants. A graded server of chapter 0 (any model) counts as one
+// of them when the rule is one that every concurrent model keeps: the list holds all of 2 to 7.
 inline std::vector<ServerInfo> servers(std::initializer_list<int> numbers) {
+  const auto has = [&](int n) { return std::find(numbers.begin(), numbers.end(), n) != numbers.end(); };
+  const bool every_concurrent_model = has(2) && has(3) && has(4) && has(5) && has(6) && has(7);
   std::vector<ServerInfo> out;
   for (const ServerInfo& s : all_servers())
-    if (std::find(numbers.begin(), numbers.end(), s.number) != numbers.end()) out.push_back(s);
+    if (has(s.number) || (s.number == 0 && every_concurrent_model)) out.push_back(s);
   return out;
 }
 
@@ -199,9 +261,13 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     else return std::get<0>(this->GetParam());
   }
 
+  void SetUp() override { Transcript::clear(); }
+
   // A server that printed a sanitizer report failed, whatever the test checked (in the sanitizer builds of the
   // suite). Stopping it with SIGTERM, not SIGKILL, lets the sanitizers finish their report at exit.
   void TearDown() override {
+    if (::testing::Test::HasFailure() && !Transcript::text().empty())
+      ::testing::Test::RecordProperty("transcript", Transcript::text());  // the grader's report shows it
     if (!server_) return;
     if (server_->running()) server_->stop(SIGTERM, deadline_in(3s));
     const std::string err = server_->err();
@@ -222,6 +288,7 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
   // waits for its listening line. On failure it records a test failure, or skips when the kernel refused 06
   // (kernel_refusal()), and returns nullptr: the caller returns at once.
   ServerProcess* launch(std::vector<std::string> args, SpawnOptions options = {}) {
+    if (graded_command() && graded_command()->templated) return launch_templated(args, options);
     if (std::find(args.begin(), args.end(), "--port") == args.end()) args.insert(args.begin(), {"--port", "0"});
     server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)), options);
     std::string why;
@@ -235,6 +302,50 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     }
     ADD_FAILURE() << server_info().name << " did not start (" << server_->command_line() << "): " << why;
     return nullptr;
+  }
+
+  // launch() for a graded {port} command. Of this repository's flags, --port 0 and --delay-us 0 (no simulated
+  // handler) ask for nothing a plain server does not do, and --root is the command's {root}; a check that needs
+  // any other flag is skipped.
+  ServerProcess* launch_templated(const std::vector<std::string>& args, SpawnOptions options) {
+    std::string root;
+    for (std::size_t i = 0; i < args.size(); i += 2) {
+      const std::string value = i + 1 < args.size() ? args[i + 1] : "";
+      if (args[i] == "--root") {
+        root = value;
+      } else if ((args[i] != "--port" && args[i] != "--delay-us") || value != "0") {
+        [&] { GTEST_SKIP() << "needs `" << args[i] << " " << value << "`, a flag of this repository's servers"; }();
+        return nullptr;
+      }
+    }
+    const auto& command = server_info().args;
+    const bool takes_root = std::any_of(command.begin(), command.end(),
+                                        [](const std::string& w) { return w.find("{root}") != std::string::npos; });
+    if (!root.empty() && !takes_root) {
+      [] { GTEST_SKIP() << "serves files: put {root} in the command where the folder to serve goes"; }();
+      return nullptr;
+    }
+    if (takes_root && root.empty()) root = static_root().dir();  // a file server is given its folder in every check
+    const std::uint16_t port = free_port();
+    std::vector<std::string> words;
+    for (std::string word : command) {
+      replace_all(word, "{port}", std::to_string(port));
+      replace_all(word, "{root}", root);
+      words.push_back(word);
+    }
+    server_ = std::make_unique<ServerProcess>(server_info().path, words, options);
+    std::string why;
+    if (server_->wait_accepting(port, deadline_in(kStartTimeout), why)) return server_.get();
+    ADD_FAILURE() << "the server did not start (" << server_->command_line() << "): " << why;
+    return nullptr;
+  }
+
+  // Checks of this repository's command line (its flags, --help, exit statuses) mean nothing to a graded {port}
+  // command: for one, the check is skipped and this returns false.
+  bool has_course_command_line() {
+    if (!graded_command() || !graded_command()->templated) return true;
+    [] { GTEST_SKIP() << "checks this repository's command line, which a {port} command does not have"; }();
+    return false;
   }
 
   // launch() with --root: the test folder of static_root.hpp (built on first use), no handler delay, and `extra`.
@@ -252,6 +363,7 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
   // Runs the server with its variant's flags and `args` and waits for it to exit on its own (bad flags, busy port,
   // --help).
   ExitStatus run_to_exit(std::vector<std::string> args) {
+    if (graded_command() && graded_command()->templated) ADD_FAILURE() << "call has_course_command_line() first";
     server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)));
     return server_->wait_exit(deadline_in(kIoTimeout));
   }
