@@ -1,0 +1,429 @@
+#!/usr/bin/env python3
+"""Grades an HTTP server with the integration suite: run by tests/grade.sh (which installs and builds first).
+
+    grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR]
+             [--timeout S] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+
+The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
+PSP_GRADE_COMMAND (tests/support/server_fixture.hpp). This script only chooses the checks from the rubric, runs
+them with a time limit, prints a line per check, and scores and reports what came back. Standard library only.
+
+Exit status: 0 when every check that ran passed, 1 when one failed (or the server never started), 2 on bad usage.
+"""
+
+import argparse
+import configparser
+import fnmatch
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+UNIT_SEPARATOR = "\x1f"  # between the command's words in PSP_GRADE_COMMAND
+START_SECONDS = 10  # as the suite's kStartTimeout
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv):
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1:]
+    else:
+        command = []
+    p = argparse.ArgumentParser(prog="tests/grade.sh", add_help=True,
+                                usage="%(prog)s [options] -- COMMAND [ARGS...]",
+                                description="Grade the HTTP server that COMMAND starts. COMMAND may hold {port} "
+                                "(and {root}, the folder to serve); without {port} it is given --port 0 and must "
+                                "print 'listening on http://127.0.0.1:PORT/' first, as this repository's servers do.")
+    p.add_argument("--profile", choices=["course", "static"], default="course",
+                   help="course: this repository's contract (default); static: a general static-file server")
+    p.add_argument("--quick", action="store_true", help="a few checks per category, under 30 s")
+    p.add_argument("--chapter", type=int, choices=range(0, 8), default=0, metavar="N",
+                   help="the chapter (1-7) whose model the server follows; default 0, any concurrent model")
+    p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
+    p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
+    p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
+    p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
+    p.add_argument("--list", action="store_true", help="list the profile's checks and their categories, run none")
+
+    p.error = lambda message: (_ for _ in ()).throw(UsageError(message))
+    args = p.parse_args(argv)
+    if not command and not args.list:
+        raise UsageError("no command: put the server's command after --")
+    args.command = command
+    return args
+
+
+# ---- the rubric -------------------------------------------------------------------------------------------------
+
+class Category:
+    def __init__(self, name, points, checks, quick):
+        self.name, self.points, self.checks, self.quick = name, points, checks, quick
+
+
+def load_rubric(path, profile):
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # check names are case-sensitive
+    if not parser.read(path):
+        raise UsageError(f"cannot read the rubric {path}")
+    categories = []
+    for section in parser.sections():
+        if "/" not in section:
+            continue
+        section_profile, name = section.split("/", 1)
+        if section_profile != profile:
+            continue
+        s = parser[section]
+        try:
+            points = float(s.get("points", "0"))
+        except ValueError:
+            raise UsageError(f"{path} [{section}]: points must be a number")
+        categories.append(Category(name, points, s.get("checks", "").split(), s.get("quick", "").split()))
+    if not categories:
+        raise UsageError(f"{path} has no category for the profile '{profile}'")
+    rfc = list(parser["rfc"].items()) if parser.has_section("rfc") else []
+    return categories, rfc
+
+
+def matches(name, patterns):
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+# ---- the suite's tests as checks ---------------------------------------------------------------------------------
+
+def check_name(test):
+    """AllServers/Refused.ErrorStatusThenClosed/graded_post -> Refused.ErrorStatusThenClosed[post]"""
+    parts = test.split("/")
+    suite_and_test = parts[1] if len(parts) >= 3 else parts[0]
+    param = parts[-1]
+    case = param[len("graded_"):] if param.startswith("graded_") else ""
+    return suite_and_test + (f"[{case}]" if case else "")
+
+
+def list_tests(suite, env):
+    out = subprocess.run([suite, "--gtest_list_tests"], env=env, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"{suite} --gtest_list_tests failed: {out.stderr.strip()}")
+    tests, prefix = [], None
+    for line in out.stdout.splitlines():
+        if not line.strip() or line.startswith("Running main()"):
+            continue
+        if not line.startswith(" "):
+            prefix = line.strip()
+        else:
+            tests.append(prefix + line.split("#")[0].strip())
+    return [t for t in tests if not t.startswith("GoogleTestVerification.")]
+
+
+def choose(tests, categories, quick):
+    """[(test, check, category)] in the suite's order: each test in the first category that names it."""
+    chosen = []
+    for test in tests:
+        check = check_name(test)
+        bare = check.split("[")[0]
+        for cat in categories:
+            if matches(bare, cat.checks) or matches(check, cat.checks):
+                if not quick or matches(bare, cat.quick) or matches(check, cat.quick):
+                    chosen.append((test, check, cat))
+                break
+    return chosen
+
+
+# ---- starting the server once, to fail fast with one sentence ---------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def preflight(command):
+    """None when the command starts a server that accepts a connection, else one sentence saying why not."""
+    templated = any("{port}" in w for w in command)
+    port = free_port()
+    root = tempfile.mkdtemp(prefix="psp-grade-root-")
+    words = [w.replace("{port}", str(port)).replace("{root}", root) for w in command]
+    if not templated:
+        words += ["--port", "0"]
+    try:
+        proc = subprocess.Popen(words, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as e:
+        shutil.rmtree(root, ignore_errors=True)
+        return f"the command does not start: {e.strerror} ({words[0]})."
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        if not templated:
+            line = read_line(proc.stdout, deadline)
+            m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)/", line.strip()) if line else None
+            if not m:
+                if proc.poll() is not None:
+                    return (f"the server exited ({describe_status(proc.returncode)}) before printing "
+                            f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.")
+                return (f"the server printed no 'listening on http://127.0.0.1:PORT/' line within {START_SECONDS} s"
+                        + (f" (its first line: {line.strip()!r})" if line else "") + ".")
+            port = int(m.group(1))
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"the server exited ({describe_status(proc.returncode)}) before accepting a connection" \
+                       f"{stderr_tail(proc)}."
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return None
+            except OSError:
+                time.sleep(0.05)
+        return f"nothing accepted connections on 127.0.0.1:{port} within {START_SECONDS} s."
+    finally:
+        stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def read_line(stream, deadline):
+    import selectors
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        data = b""
+        while b"\n" not in data and time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode(errors="replace").split("\n")[0] if data else ""
+
+
+def stderr_tail(proc):
+    try:
+        err = proc.stderr.read(2000).decode(errors="replace").strip() if proc.poll() is not None else ""
+    except (OSError, ValueError):
+        err = ""
+    return f"; it said: {err.splitlines()[-1]}" if err else ""
+
+
+def describe_status(code):
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+
+
+def stop(proc):
+    """Stops a process we started and everything in its session, by PID: SIGTERM, then SIGKILL after 3 s."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=3)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of its session
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+# ---- running the checks ------------------------------------------------------------------------------------------
+
+RESULT_LINE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] (\S+)(?:, where GetParam\(\) = .*?)? \((\d+) ms\)$")
+
+
+def run_checks(suite, env, chosen, json_path, timeout):
+    """Runs the chosen tests in one suite process, printing a line per check; returns {test: (result, ms)}."""
+    by_test = {test: (check, cat) for test, check, cat in chosen}
+    results = {}
+    width = max(len(c.name) for _, _, c in chosen)
+    cmd = [suite, "--gtest_filter=" + ":".join(t for t, _, _ in chosen), "--gtest_color=no",
+           "--gtest_output=json:" + json_path]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    pending = ""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        if not sel.select(timeout=min(left, 1.0)):
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            m = RESULT_LINE.match(line)
+            if not m or m.group(2) not in by_test or m.group(2) in results:
+                continue
+            result = {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}[m.group(1)]
+            results[m.group(2)] = (result, int(m.group(3)))
+            check, cat = by_test[m.group(2)]
+            mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[result]
+            print(f"  {mark}  {cat.name:<{width}}  {check} ({m.group(3)} ms)", flush=True)
+    sel.close()
+    stop(proc)
+    return results, timed_out
+
+
+def failure_details(json_path):
+    """{test: {"message": ..., "transcript": ...}} from GoogleTest's JSON report (absent when it was killed)."""
+    details = {}
+    try:
+        with open(json_path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return details
+    for suite in report.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            name = f"{suite['name']}.{t['name']}"
+            entry = {"transcript": t.get("transcript", "")}
+            messages = [f["failure"] for f in t.get("failures", [])]
+            if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
+                entry["message"] = t.get("skipped", {}).get("message", "") if isinstance(t.get("skipped"), dict) else ""
+            if messages:
+                entry["message"] = "\n".join(clean(m) for m in messages)
+            details[name] = entry
+    return details
+
+
+def clean(message):
+    """Drops GoogleTest's file:line prefix, which names the suite's source, not the student's."""
+    return re.sub(r"^\S+\.(?:cpp|hpp):\d+\n", "", message.strip())
+
+
+# ---- score and reports ---------------------------------------------------------------------------------------------
+
+def score(chosen, results, categories):
+    rows = []
+    for cat in categories:
+        mine = [results.get(t, ("not run", 0))[0] for t, _, c in chosen if c is cat]
+        if not mine:
+            continue
+        passed, failed = mine.count("passed"), mine.count("failed") + mine.count("not run")
+        got = cat.points * passed / (passed + failed) if passed + failed else None
+        rows.append({"category": cat.name, "points": cat.points, "score": None if got is None else round(got, 1),
+                     "passed": passed, "failed": failed, "skipped": mine.count("skipped")})
+    counted = [r for r in rows if r["score"] is not None]
+    total = sum(r["score"] for r in counted)
+    possible = sum(r["points"] for r in counted)
+    return rows, round(total, 1), possible
+
+
+def rfc_for(check, rfc):
+    for pattern, section in rfc:
+        if fnmatch.fnmatchcase(check.split("[")[0], pattern):
+            return section
+    return ""
+
+
+def write_reports(out_dir, args, chosen, results, details, rows, total, possible, rfc, note):
+    os.makedirs(out_dir, exist_ok=True)
+    checks = []
+    for test, check, cat in chosen:
+        result, ms = results.get(test, ("not run", 0))
+        d = details.get(test, {})
+        checks.append({"check": check, "category": cat.name, "result": result, "ms": ms,
+                       "message": d.get("message", "") if result != "passed" else "",
+                       "transcript": d.get("transcript", "") if result == "failed" else "",
+                       "rfc": rfc_for(check, rfc) if result == "failed" else ""})
+    counts = {k: sum(1 for c in checks if c["result"] == k) for k in ("passed", "failed", "skipped", "not run")}
+    report = {"command": args.command, "profile": args.profile, "quick": args.quick, "chapter": args.chapter,
+              "score": total, "possible": possible, "note": note, **counts, "categories": rows, "checks": checks}
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+
+    md = [f"# Grade: {total:g} / {possible:g}", "",
+          f"- Command: `{' '.join(args.command)}`",
+          f"- Profile: {args.profile}{' (quick)' if args.quick else ''}; chapter: "
+          f"{args.chapter if args.chapter else 'any concurrent model'}",
+          f"- Checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+          + (f", {counts['not run']} not run" if counts["not run"] else ""), ""]
+    if note:
+        md += [f"**{note}**", ""]
+    md += ["| category | score | points | passed | failed | skipped |", "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        shown = "n/a" if r["score"] is None else f"{r['score']:g}"
+        md.append(f"| {r['category']} | {shown} | {r['points']:g} | {r['passed']} | {r['failed']} | {r['skipped']} |")
+    failed = [c for c in checks if c["result"] in ("failed", "not run")]
+    if failed:
+        md += ["", "## What failed", ""]
+        for c in failed:
+            md += [f"### {c['check']} ({c['category']})", ""]
+            if c["rfc"]:
+                md += [f"See {c['rfc']}.", ""]
+            md += ["```", (c["message"] or "(not run: the time limit was reached)").strip(), "```", ""]
+            if c["transcript"]:
+                md += ["The last exchanges:", "", "```", c["transcript"].strip(), "```", ""]
+    skipped = [c for c in checks if c["result"] == "skipped"]
+    if skipped:
+        md += ["", "## Skipped (not scored)", ""]
+        md += [f"- {c['check']}: {c['message'].strip() or 'does not apply'}" for c in skipped]
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write("\n".join(md).rstrip() + "\n")
+    return counts
+
+
+def main(argv):
+    try:
+        args = parse_args(argv)
+        categories, rfc = load_rubric(args.rubric, args.profile)
+    except UsageError as e:
+        print(f"tests/grade.sh: {e}\nusage: tests/grade.sh [options] -- COMMAND [ARGS...] (--help for the options)",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
+               PSP_GRADE_CHAPTER=str(args.chapter))
+    chosen = choose(list_tests(args.suite, env), categories, args.quick)
+    if args.list:
+        for _, check, cat in chosen:
+            print(f"{cat.name}\t{check}")
+        return 0
+    if not chosen:
+        print("tests/grade.sh: the rubric chooses no check for this profile", file=sys.stderr)
+        return 2
+
+    started = time.monotonic()
+    print(f"grading: {' '.join(args.command)} ({args.profile}{', quick' if args.quick else ''}, "
+          f"{len(chosen)} checks)", flush=True)
+    why = preflight(args.command)
+    os.makedirs(args.report, exist_ok=True)
+    json_path = os.path.join(args.report, "gtest.json")
+    if why:
+        results, note, details = {}, f"The server did not start: {why}", {}
+        print(note, flush=True)
+    else:
+        results, timed_out = run_checks(args.suite, env, chosen, json_path, args.timeout)
+        note = f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed." if timed_out else ""
+        details = failure_details(json_path)
+    rows, total, possible = score(chosen, results, categories)
+    counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note)
+
+    width = max(len(r["category"]) for r in rows)
+    print(f"\n{'category':<{width}}  score")
+    for r in rows:
+        shown = "n/a (every check skipped)" if r["score"] is None else f"{r['score']:g} / {r['points']:g}"
+        print(f"{r['category']:<{width}}  {shown}" + (f"  ({r['failed']} failed)" if r["failed"] else ""))
+    print(f"{'total':<{width}}  {total:g} / {possible:g}   ({counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['skipped']} skipped{', ' + str(counts['not run']) + ' not run' if counts['not run'] else ''}; "
+          f"{time.monotonic() - started:.0f} s)")
+    print(f"report: {os.path.join(args.report, 'report.md')} and report.json")
+    if note:
+        print(note)
+    return 0 if counts["failed"] == 0 and counts["not run"] == 0 and not why else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
