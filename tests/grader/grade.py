@@ -168,6 +168,10 @@ def preflight(command):
             line = read_line(proc.stdout, deadline)
             m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)/", line.strip()) if line else None
             if not m:
+                try:
+                    proc.wait(timeout=1)  # it may be exiting: then say so rather than "no line"
+                except subprocess.TimeoutExpired:
+                    pass
                 if proc.poll() is not None:
                     return (f"the server exited ({describe_status(proc.returncode)}) before printing "
                             f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.")
@@ -311,10 +315,11 @@ def score(chosen, results, categories):
         mine = [results.get(t, ("not run", 0))[0] for t, _, c in chosen if c is cat]
         if not mine:
             continue
-        passed, failed = mine.count("passed"), mine.count("failed") + mine.count("not run")
-        got = cat.points * passed / (passed + failed) if passed + failed else None
+        passed, failed, not_run = mine.count("passed"), mine.count("failed"), mine.count("not run")
+        lost = failed + not_run
+        got = cat.points * passed / (passed + lost) if passed + lost else None
         rows.append({"category": cat.name, "points": cat.points, "score": None if got is None else round(got, 1),
-                     "passed": passed, "failed": failed, "skipped": mine.count("skipped")})
+                     "passed": passed, "failed": failed, "skipped": mine.count("skipped"), "not run": not_run})
     counted = [r for r in rows if r["score"] is not None]
     total = sum(r["score"] for r in counted)
     possible = sum(r["points"] for r in counted)
@@ -415,7 +420,8 @@ def main(argv):
     print(f"\n{'category':<{width}}  score")
     for r in rows:
         shown = "n/a (every check skipped)" if r["score"] is None else f"{r['score']:g} / {r['points']:g}"
-        print(f"{r['category']:<{width}}  {shown}" + (f"  ({r['failed']} failed)" if r["failed"] else ""))
+        lost = ", ".join(f"{r[k]} {k}" for k in ("failed", "not run") if r[k])
+        print(f"{r['category']:<{width}}  {shown}" + (f"  ({lost})" if lost else ""))
     print(f"{'total':<{width}}  {total:g} / {possible:g}   ({counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['skipped']} skipped{', ' + str(counts['not run']) + ' not run' if counts['not run'] else ''}; "
           f"{time.monotonic() - started:.0f} s)")

@@ -730,7 +730,7 @@ std::vector<ServerInfo> servers_with_own_file_path() {
   std::vector<ServerInfo> out;
   for (const ServerInfo& s : all_servers()) {
     const auto has = [&s](const char* flag) { return std::find(s.args.begin(), s.args.end(), flag) != s.args.end(); };
-    if (s.args.empty() || has("--splice") || has("--fixed-files") || has("--send-zc")) out.push_back(s);
+    if (!s.variant || s.args.empty() || has("--splice") || has("--fixed-files") || has("--send-zc")) out.push_back(s);
   }
   return out;
 }
