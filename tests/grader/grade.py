@@ -390,7 +390,7 @@ def main(argv):
               file=sys.stderr)
         return 2
     env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
-               PSP_GRADE_CHAPTER=str(args.chapter))
+               PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
     if args.list:
         for _, check, cat in chosen:

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# nginx as a static-file server for the grader's static profile, configured here:
+#
+#   ./tests/grade.sh --profile static -- tests/grader/nginx.sh {port} {root}
+#
+# The configuration is the plain one a course would write: the folder, index.html for directories, the MIME types
+# that Debian ships, no access log. nginx runs in the foreground (daemon off), so the grader stops it by its PID;
+# the configuration and its temporary files go in a folder removed when nginx exits.
+set -euo pipefail
+port=${1:?usage: nginx.sh PORT ROOT}
+root=${2:?usage: nginx.sh PORT ROOT}
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x $nginx_bin ]] || { echo "nginx.sh: nginx is not installed (apt-get install nginx-light)" >&2; exit 1; }
+dir=$(mktemp -d /tmp/psp-grade-nginx-XXXXXX)
+user_line=""
+if ((EUID == 0)); then
+  # As root, nginx's workers would switch to nobody, who cannot read the grader's folder (mode 700): they stay
+  # root here, which nginx allows. The server listens on 127.0.0.1 only, for the length of a check.
+  user_line="user root root;"
+fi
+cat >"$dir/nginx.conf" <<CONF
+$user_line
+daemon off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 1024; }
+http {
+  include /etc/nginx/mime.types;
+  default_type application/octet-stream;
+  access_log off;
+  sendfile on;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  fastcgi_temp_path $dir/fastcgi;
+  uwsgi_temp_path $dir/uwsgi;
+  scgi_temp_path $dir/scgi;
+  server {
+    listen 127.0.0.1:$port;
+    root $root;
+  }
+}
+CONF
+trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir"; exit 0' TERM INT
+"$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
+pid=$!
+wait "$pid" || status=$?
+rm -rf "$dir"
+exit "${status:-0}"
