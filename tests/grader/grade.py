@@ -49,8 +49,9 @@ def parse_args(argv):
     p.add_argument("--profile", choices=["course", "static"], default="course",
                    help="course: this repository's contract (default); static: a general static-file server")
     p.add_argument("--quick", action="store_true", help="a few checks per category, under 30 s")
-    p.add_argument("--chapter", type=int, choices=range(0, 8), default=0, metavar="N",
-                   help="the chapter (1-7) whose model the server follows; default 0, any concurrent model")
+    p.add_argument("--chapter", type=int, choices=range(0, 8), default=None, metavar="N",
+                   help="the chapter (1-7) whose model the server follows, 0 for any concurrent model; default: "
+                   "the NN of a folder NN-name in the command's path (build/01-blocking-single/...), else 0")
     p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
     p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
@@ -62,7 +63,18 @@ def parse_args(argv):
     if not command and not args.list:
         raise UsageError("no command: put the server's command after --")
     args.command = command
+    if args.chapter is None:
+        args.chapter = chapter_from_path(command[0] if command else "")
     return args
+
+
+def chapter_from_path(path):
+    """1 for build/01-blocking-single/run_server: a lab's server follows its chapter's model."""
+    for part in reversed(os.path.normpath(path).split(os.sep)[:-1]):
+        m = re.match(r"0([1-7])-", part)
+        if m:
+            return int(m.group(1))
+    return 0
 
 
 # ---- the rubric -------------------------------------------------------------------------------------------------

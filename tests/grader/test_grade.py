@@ -36,6 +36,14 @@ class CheckNames(unittest.TestCase):
         self.assertIsNone(grade.RESULT_LINE.match("[  FAILED  ] 1 test, listed below:"))
 
 
+class Chapter(unittest.TestCase):
+    def test_from_the_folder_in_the_path(self):
+        self.assertEqual(grade.chapter_from_path("./build/01-blocking-single/run_server"), 1)
+        self.assertEqual(grade.chapter_from_path("build/06-io_uring-advanced/run_server"), 6)
+        self.assertEqual(grade.chapter_from_path("/tmp/lab/run_server"), 0)
+        self.assertEqual(grade.chapter_from_path("python3"), 0)
+
+
 class Scoring(unittest.TestCase):
     def test_skipped_checks_count_for_nothing_and_a_category_of_skips_is_left_out(self):
         a = grade.Category("a", 10, ["A.*"], [])
