@@ -10,7 +10,6 @@ is compared (a small Python server has shortcomings of its own that are not the 
 (tests/grader/CMakeLists.txt); exit status 0 when the grader behaved, 1 when not.
 """
 
-import fnmatch
 import json
 import os
 import shlex
@@ -19,6 +18,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from grade import glob  # noqa: E402
 
 
 def lost_checks(grade_args, command):
@@ -60,10 +61,10 @@ def main(argv):
     problems = []
     if status != 1:
         problems.append(f"grade.py exited {status}, not 1")
-    unexpected = sorted(c for c in lost if not any(fnmatch.fnmatchcase(c, p) for p in lose))
+    unexpected = sorted(c for c in lost if not any(glob(c, p) for p in lose))
     if unexpected:
         problems.append(f"lost checks that are not the defect's: {unexpected}")
-    missing = [p for p in lose if not any(fnmatch.fnmatchcase(c, p) for c in lost)]
+    missing = [p for p in lose if not any(glob(c, p) for c in lost)]
     if missing:
         problems.append(f"did not lose: {missing}")
     for p in problems:

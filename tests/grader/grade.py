@@ -13,7 +13,6 @@ Exit status: 0 when every check that ran passed, 1 when one failed (or the serve
 
 import argparse
 import configparser
-import fnmatch
 import json
 import os
 import re
@@ -108,8 +107,14 @@ def load_rubric(path, profile):
     return categories, rfc
 
 
+def glob(name, pattern):
+    """* is any run of characters and ? any one; nothing else is special (a check name holds [brackets])."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name) is not None
+
+
 def matches(name, patterns):
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return any(glob(name, p) for p in patterns)
 
 
 # ---- the suite's tests as checks ---------------------------------------------------------------------------------
@@ -340,7 +345,7 @@ def score(chosen, results, categories):
 
 def rfc_for(check, rfc):
     for pattern, section in rfc:
-        if fnmatch.fnmatchcase(check.split("[")[0], pattern):
+        if glob(check.split("[")[0], pattern):
             return section
     return ""
 

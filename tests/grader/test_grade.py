@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """grade.py's logic, and the rubric against the suite: test_grade.py PATH/TO/integration_tests (run by CTest)."""
 
-import fnmatch
 import os
 import sys
 import unittest
@@ -34,6 +33,13 @@ class CheckNames(unittest.TestCase):
         self.assertEqual(grade.RESULT_LINE.match(line).group(1, 2),
                          ("FAILED", "AllServers/Refused.ErrorStatusThenClosed/graded_post"))
         self.assertIsNone(grade.RESULT_LINE.match("[  FAILED  ] 1 test, listed below:"))
+
+
+class Glob(unittest.TestCase):
+    def test_only_star_and_question_mark_are_special(self):
+        self.assertTrue(grade.glob("Accepted.X[leading_empty_line]", "Accepted.X[leading_*]"))
+        self.assertFalse(grade.glob("Accepted.X[http_1_2]", "Accepted.X[leading_*]"))
+        self.assertTrue(grade.glob("Http.Http10WithKeepAlive", "Http.Http1?With*"))
 
 
 class Chapter(unittest.TestCase):
@@ -76,7 +82,7 @@ class Rubric(unittest.TestCase):
             categories, rfc = grade.load_rubric(RUBRIC, profile)
             patterns = [p for c in categories for p in c.checks + c.quick] + [p for p, _ in rfc]
             for p in patterns:
-                self.assertTrue(any(fnmatch.fnmatchcase(n, p) for n in names), f"{profile}: '{p}' names no check")
+                self.assertTrue(any(grade.glob(n, p) for n in names), f"{profile}: '{p}' names no check")
 
     def test_quick_checks_are_checks_of_their_category(self):
         for profile in ("course", "static"):
