@@ -54,6 +54,8 @@ def parse_args(argv):
     p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
     p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
+    p.add_argument("--perf", action="store_true",
+                   help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
     p.add_argument("--list", action="store_true", help="list the profile's checks and their categories, run none")
 
@@ -165,49 +167,112 @@ def free_port():
         return s.getsockname()[1]
 
 
-def preflight(command):
-    """None when the command starts a server that accepts a connection, else one sentence saying why not."""
+def start(command, root, extra=()):
+    """Starts the server as the suite does: (process, port, None) once it accepts a connection, else
+    (None, None, one sentence saying why not)."""
     templated = any("{port}" in w for w in command)
     port = free_port()
-    root = tempfile.mkdtemp(prefix="psp-grade-root-")
     words = [w.replace("{port}", str(port)).replace("{root}", root) for w in command]
     if not templated:
-        words += ["--port", "0"]
+        words += ["--port", "0", *extra]
     try:
         proc = subprocess.Popen(words, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as e:
-        shutil.rmtree(root, ignore_errors=True)
-        return f"the command does not start: {e.strerror} ({words[0]})."
-    try:
-        deadline = time.monotonic() + START_SECONDS
-        if not templated:
-            line = read_line(proc.stdout, deadline)
-            m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)/", line.strip()) if line else None
-            if not m:
-                try:
-                    proc.wait(timeout=1)  # it may be exiting: then say so rather than "no line"
-                except subprocess.TimeoutExpired:
-                    pass
-                if proc.poll() is not None:
-                    return (f"the server exited ({describe_status(proc.returncode)}) before printing "
-                            f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.")
-                return (f"the server printed no 'listening on http://127.0.0.1:PORT/' line within {START_SECONDS} s"
-                        + (f" (its first line: {line.strip()!r})" if line else "") + ".")
+        return None, None, f"the command does not start: {e.strerror} ({words[0]})."
+    why = None
+    deadline = time.monotonic() + START_SECONDS
+    if not templated:
+        line = read_line(proc.stdout, deadline)
+        m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)/", line.strip()) if line else None
+        if m:
             port = int(m.group(1))
-        while time.monotonic() < deadline:
+        else:
+            try:
+                proc.wait(timeout=1)  # it may be exiting: then say so rather than "no line"
+            except subprocess.TimeoutExpired:
+                pass
             if proc.poll() is not None:
-                return f"the server exited ({describe_status(proc.returncode)}) before accepting a connection" \
-                       f"{stderr_tail(proc)}."
+                why = (f"the server exited ({describe_status(proc.returncode)}) before printing "
+                       f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.")
+            else:
+                why = (f"the server printed no 'listening on http://127.0.0.1:PORT/' line within {START_SECONDS} s"
+                       + (f" (its first line: {line.strip()!r})" if line else "") + ".")
+    while why is None:
+        if proc.poll() is not None:
+            why = f"the server exited ({describe_status(proc.returncode)}) before accepting a connection" \
+                  f"{stderr_tail(proc)}."
+        elif time.monotonic() > deadline:
+            why = f"nothing accepted connections on 127.0.0.1:{port} within {START_SECONDS} s."
+        else:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return None
+                return proc, port, None
             except OSError:
                 time.sleep(0.05)
-        return f"nothing accepted connections on 127.0.0.1:{port} within {START_SECONDS} s."
+    stop(proc)
+    return None, None, why
+
+
+def preflight(command):
+    """None when the command starts a server that accepts a connection, else one sentence saying why not."""
+    root = tempfile.mkdtemp(prefix="psp-grade-root-")
+    try:
+        proc, _, why = start(command, root)
+        if proc:
+            stop(proc)
+        return why
     finally:
-        stop(proc)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- a performance check, next to nginx: reported, not scored ---------------------------------------------------
+
+PERF_AB = ["ab", "-q", "-k", "-n", "20000", "-c", "10"]
+
+
+def ab_rate(port):
+    """Requests per second from one ab run, or None (with ab's complaint printed) when a request failed."""
+    out = subprocess.run(PERF_AB + [f"http://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=120)
+    rate = re.search(r"Requests per second:\s+([\d.]+)", out.stdout)
+    failed = re.search(r"Failed requests:\s+(\d+)", out.stdout)
+    non_2xx = re.search(r"Non-2xx responses:\s+(\d+)", out.stdout)
+    if out.returncode != 0 or not rate or (failed and int(failed.group(1))) or non_2xx:
+        return None
+    return float(rate.group(1))
+
+
+def perf(command):
+    """The server and nginx (tests/grader/nginx.sh), each serving a 1 KB body, under the same ab load, alternately,
+    3 rounds: median requests per second of each and their ratio. A server of this course runs with --delay-us 0, so
+    that the two do the same work."""
+    missing = [t for t in ("ab", "nginx") if not shutil.which(t) and not os.path.exists(f"/usr/sbin/{t}")]
+    if missing:
+        return {"error": "needs ab and nginx: apt-get install apache2-utils nginx-light"}
+    root = tempfile.mkdtemp(prefix="psp-grade-perf-")
+    os.chmod(root, 0o755)
+    with open(os.path.join(root, "index.html"), "w") as f:
+        f.write("x" * 1024)
+    rates = {"server": [], "nginx": []}
+    try:
+        for _ in range(3):
+            for name, cmd, extra in (("server", command, ["--delay-us", "0"]),
+                                     ("nginx", [os.path.join(HERE, "nginx.sh"), "{port}", "{root}"], [])):
+                proc, port, why = start(cmd, root, extra)
+                if not proc:
+                    return {"error": f"{name}: {why}"}
+                try:
+                    rate = ab_rate(port)
+                finally:
+                    stop(proc)
+                if rate is None:
+                    return {"error": f"{name}: ab reported failed or non-2xx requests ({' '.join(PERF_AB)})"}
+                rates[name].append(rate)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    server, nginx = sorted(rates["server"])[1], sorted(rates["nginx"])[1]
+    return {"load": " ".join(PERF_AB), "rounds": 3, "server_rps": server, "nginx_rps": nginx,
+            "ratio": round(server / nginx, 2), "all": rates}
 
 
 def read_line(stream, deadline):
@@ -350,7 +415,7 @@ def rfc_for(check, rfc):
     return ""
 
 
-def write_reports(out_dir, args, chosen, results, details, rows, total, possible, rfc, note):
+def write_reports(out_dir, args, chosen, results, details, rows, total, possible, rfc, note, performance):
     os.makedirs(out_dir, exist_ok=True)
     checks = []
     for test, check, cat in chosen:
@@ -362,7 +427,8 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
     counts = {k: sum(1 for c in checks if c["result"] == k) for k in ("passed", "failed", "skipped", "not run")}
     report = {"command": args.command, "profile": args.profile, "quick": args.quick, "chapter": args.chapter,
-              "score": total, "possible": possible, "note": note, **counts, "categories": rows, "checks": checks}
+              "score": total, "possible": possible, "note": note, **counts, "categories": rows, "checks": checks,
+              "performance": performance}
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
@@ -379,6 +445,8 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     for r in rows:
         shown = "n/a" if r["score"] is None else f"{r['score']:g}"
         md.append(f"| {r['category']} | {shown} | {r['points']:g} | {r['passed']} | {r['failed']} | {r['skipped']} |")
+    if performance:
+        md += ["", "## Performance (not scored)", "", perf_text(performance)]
     failed = [c for c in checks if c["result"] in ("failed", "not run")]
     if failed:
         md += ["", "## What failed", ""]
@@ -396,6 +464,15 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(md).rstrip() + "\n")
     return counts
+
+
+def perf_text(p):
+    if "error" in p:
+        return f"Not measured: {p['error']}"
+    return (f"{p['server_rps']:,.0f} requests/s, nginx {p['nginx_rps']:,.0f} on the same machine: "
+            f"{p['ratio']:g} x nginx (`{p['load']}`, median of {p['rounds']} alternating rounds; nginx sends its 1 KB "
+            f"from a file, tests/grader/nginx.sh. On a small machine ab itself is often the limit, so a ratio near 1 "
+            f"says \"as fast as the client can ask\", and a run can differ from the next by a factor of 2)")
 
 
 def main(argv):
@@ -430,8 +507,12 @@ def main(argv):
         results, timed_out = run_checks(args.suite, env, chosen, json_path, args.timeout)
         note = f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed." if timed_out else ""
         details = failure_details(json_path)
+    performance = None
+    if args.perf and not why:
+        print("performance: ab next to nginx, 3 rounds...", flush=True)
+        performance = perf(args.command)
     rows, total, possible = score(chosen, results, categories)
-    counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note)
+    counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note, performance)
 
     width = max(len(r["category"]) for r in rows)
     print(f"\n{'category':<{width}}  score")
@@ -442,6 +523,8 @@ def main(argv):
     print(f"{'total':<{width}}  {total:g} / {possible:g}   ({counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['skipped']} skipped{', ' + str(counts['not run']) + ' not run' if counts['not run'] else ''}; "
           f"{time.monotonic() - started:.0f} s)")
+    if performance:
+        print("performance (not scored): " + perf_text(performance))
     print(f"report: {os.path.join(args.report, 'report.md')} and report.json")
     if note:
         print(note)

@@ -21,7 +21,7 @@ fi
 cat >"$dir/nginx.conf" <<CONF
 $user_line
 daemon off;
-worker_processes 1;
+worker_processes auto;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
 events { worker_connections 1024; }
@@ -29,6 +29,7 @@ http {
   include /etc/nginx/mime.types;
   default_type application/octet-stream;
   access_log off;
+  keepalive_requests 100000;
   sendfile on;
   client_body_temp_path $dir/body;
   proxy_temp_path $dir/proxy;
