@@ -4,8 +4,9 @@
 #   ./tests/grade.sh --profile static -- tests/grader/nginx.sh {port} {root}
 #
 # The configuration is the plain one a course would write: the folder, index.html for directories, the MIME types
-# that Debian ships, no access log. nginx runs in the foreground (daemon off), so the grader stops it by its PID;
-# the configuration and its temporary files go in a folder removed when nginx exits.
+# that Debian ships, no access log, and no symbolic links followed (below). nginx runs in the foreground (daemon
+# off), so the grader stops it by its PID; the configuration and its temporary files go in a folder removed when
+# nginx exits.
 set -euo pipefail
 port=${1:?usage: nginx.sh PORT ROOT}
 root=${2:?usage: nginx.sh PORT ROOT}
@@ -39,6 +40,9 @@ http {
   server {
     listen 127.0.0.1:$port;
     root $root;
+    # By default nginx follows a symbolic link wherever it points: a link planted in the folder to /etc/passwd
+    # would be served, and the traversal check fails. "on" refuses every link, the one setting that never leaks.
+    disable_symlinks on;
   }
 }
 CONF

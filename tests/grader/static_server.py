@@ -6,7 +6,8 @@ Usage: static_server.py PORT ROOT [--traversal]    (listens on 127.0.0.1; PORT 0
 It serves ROOT with http.server's ThreadingHTTPServer and SimpleHTTPRequestHandler, over HTTP/1.1 so that
 connections are kept alive. The two modes differ in one function only, translate_path() (URL path -> file path):
 
-  safe           SimpleHTTPRequestHandler's own: it drops '.' and '..' segments, so nothing outside ROOT is reached.
+  safe           SimpleHTTPRequestHandler's own, which drops '.' and '..' segments, and then a check that the real
+                 path (symbolic links followed) is still inside ROOT.
   --traversal    the classic bug: ROOT joined with the decoded path, never normalised. The kernel resolves the
                  '..', so GET /../../etc/passwd (or /%2e%2e/%2e%2e/etc/passwd) reads a file outside ROOT.
 
@@ -24,6 +25,15 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: every response has a Content-Length
+
+    def translate_path(self, path):
+        # SimpleHTTPRequestHandler's own drops '.' and '..' segments. A symbolic link can still lead out of the
+        # folder, and a NUL names no file: for both, the empty path, which open() answers with a 404.
+        full = super().translate_path(path)
+        if "\0" in full:
+            return ""
+        real = os.path.realpath(full)
+        return full if real == self.directory or real.startswith(self.directory + os.sep) else ""
 
     def log_message(self, format, *args):
         pass  # one line per request on stderr would only slow a load test down

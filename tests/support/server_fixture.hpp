@@ -103,6 +103,16 @@ inline const std::optional<GradedCommand>& graded_command() {
   return command;
 }
 
+// True when tests/grade.sh grades "a general static-file server" (--profile static: PSP_GRADE_PROFILE=static).
+// A check that compares with one of this repository's own choices (a charset on Content-Type, 400 for every `..`,
+// 403 for a directory without an index...) then accepts any behaviour that RFC 9110/9112 and RFC 3986 allow a
+// static-file server, and stays strict about what would be a bug: a byte from outside the root, a wrong length or
+// body, a missing Content-Type, a server that stops answering. Each such leniency cites its section where it is.
+inline bool general_server_rules() {
+  const char* profile = std::getenv("PSP_GRADE_PROFILE");
+  return profile != nullptr && std::string_view(profile) == "static";
+}
+
 inline void replace_all(std::string& text, std::string_view name, const std::string& value) {
   for (std::size_t at = 0; (at = text.find(name, at)) != std::string::npos; at += value.size())
     text.replace(at, name.size(), value);
