@@ -14,7 +14,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 
-# shellcheck source-path=SCRIPTDIR/..
+# shellcheck source=tools/ensure-packages.sh source-path=SCRIPTDIR/..
 source "$repo/tools/ensure-packages.sh"  # ensure_packages
 ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev libgtest-dev python3 || exit 1
 
