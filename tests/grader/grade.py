@@ -2,7 +2,7 @@
 """Grades an HTTP server with the integration suite: run by tests/grade.sh (which installs and builds first).
 
     grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR]
-             [--timeout S] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+             [--timeout S] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
 
 The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
 PSP_GRADE_COMMAND (tests/support/server_fixture.hpp). This script only chooses the checks from the rubric, runs
@@ -16,6 +16,7 @@ import configparser
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -34,13 +35,18 @@ class UsageError(Exception):
     pass
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print and exit 2 itself; main() says it our way, then exits 2
+        raise UsageError(message)
+
+
 def parse_args(argv):
     if "--" in argv:
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1:]
     else:
         command = []
-    p = argparse.ArgumentParser(prog="tests/grade.sh", add_help=True,
+    p = Parser(prog="tests/grade.sh",
                                 usage="%(prog)s [options] -- COMMAND [ARGS...]",
                                 description="Grade the HTTP server that COMMAND starts. COMMAND may hold {port} "
                                 "(and {root}, the folder to serve); without {port} it is given --port 0 and must "
@@ -59,7 +65,6 @@ def parse_args(argv):
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
     p.add_argument("--list", action="store_true", help="list the profile's checks and their categories, run none")
 
-    p.error = lambda message: (_ for _ in ()).throw(UsageError(message))
     args = p.parse_args(argv)
     if not command and not args.list:
         raise UsageError("no command: put the server's command after --")
@@ -276,7 +281,6 @@ def perf(command):
 
 
 def read_line(stream, deadline):
-    import selectors
     with selectors.DefaultSelector() as sel:
         sel.register(stream, selectors.EVENT_READ)
         data = b""
@@ -329,14 +333,13 @@ def run_checks(suite, env, chosen, json_path, timeout):
     width = max(len(c.name) for _, _, c in chosen)
     cmd = [suite, "--gtest_filter=" + ":".join(t for t, _, _ in chosen), "--gtest_color=no",
            "--gtest_output=json:" + json_path]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     timed_out = False
-    import selectors
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     pending = ""
+    output = []  # the current test's lines: a skip's reason is there only (GoogleTest's JSON leaves it out)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -350,17 +353,28 @@ def run_checks(suite, env, chosen, json_path, timeout):
         pending += chunk
         *lines, pending = pending.split("\n")
         for line in lines:
+            if line.startswith("[ RUN      ]"):
+                output = []
+            output.append(line)
             m = RESULT_LINE.match(line)
             if not m or m.group(2) not in by_test or m.group(2) in results:
                 continue
             result = {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}[m.group(1)]
-            results[m.group(2)] = (result, int(m.group(3)))
+            results[m.group(2)] = (result, int(m.group(3)), skip_reason(output) if result == "skipped" else "")
             check, cat = by_test[m.group(2)]
             mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[result]
             print(f"  {mark}  {cat.name:<{width}}  {check} ({m.group(3)} ms)", flush=True)
     sel.close()
     stop(proc)
     return results, timed_out
+
+
+def skip_reason(lines):
+    """The message after GoogleTest's "FILE:LINE: Skipped" line, up to the result line."""
+    for i, line in enumerate(lines):
+        if line.endswith(": Skipped"):
+            return "\n".join(lines[i + 1:-1]).strip()
+    return ""
 
 
 def failure_details(json_path):
@@ -376,8 +390,6 @@ def failure_details(json_path):
             name = f"{suite['name']}.{t['name']}"
             entry = {"transcript": t.get("transcript", "")}
             messages = [f["failure"] for f in t.get("failures", [])]
-            if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
-                entry["message"] = t.get("skipped", {}).get("message", "") if isinstance(t.get("skipped"), dict) else ""
             if messages:
                 entry["message"] = "\n".join(clean(m) for m in messages)
             details[name] = entry
@@ -394,7 +406,7 @@ def clean(message):
 def score(chosen, results, categories):
     rows = []
     for cat in categories:
-        mine = [results.get(t, ("not run", 0))[0] for t, _, c in chosen if c is cat]
+        mine = [results.get(t, ("not run",))[0] for t, _, c in chosen if c is cat]
         if not mine:
             continue
         passed, failed, not_run = mine.count("passed"), mine.count("failed"), mine.count("not run")
@@ -419,10 +431,10 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     os.makedirs(out_dir, exist_ok=True)
     checks = []
     for test, check, cat in chosen:
-        result, ms = results.get(test, ("not run", 0))
+        result, ms, skipped_because = results.get(test, ("not run", 0, ""))
         d = details.get(test, {})
         checks.append({"check": check, "category": cat.name, "result": result, "ms": ms,
-                       "message": d.get("message", "") if result != "passed" else "",
+                       "message": skipped_because or d.get("message", "") if result != "passed" else "",
                        "transcript": d.get("transcript", "") if result == "failed" else "",
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
     counts = {k: sum(1 for c in checks if c["result"] == k) for k in ("passed", "failed", "skipped", "not run")}
