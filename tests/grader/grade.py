@@ -404,6 +404,7 @@ def clean(message):
 # ---- score and reports ---------------------------------------------------------------------------------------------
 
 def score(chosen, results, categories):
+    """A row per category: points x passed / (passed + failed + not run); skipped checks count for nothing."""
     rows = []
     for cat in categories:
         mine = [results.get(t, ("not run",))[0] for t, _, c in chosen if c is cat]
@@ -434,7 +435,7 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
         result, ms, skipped_because = results.get(test, ("not run", 0, ""))
         d = details.get(test, {})
         checks.append({"check": check, "category": cat.name, "result": result, "ms": ms,
-                       "message": skipped_because or d.get("message", "") if result != "passed" else "",
+                       "message": (skipped_because or d.get("message", "")) if result != "passed" else "",
                        "transcript": d.get("transcript", "") if result == "failed" else "",
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
     counts = {k: sum(1 for c in checks if c["result"] == k) for k in ("passed", "failed", "skipped", "not run")}
@@ -466,7 +467,7 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
             md += [f"### {c['check']} ({c['category']})", ""]
             if c["rfc"]:
                 md += [f"See {c['rfc']}.", ""]
-            md += ["```", (c["message"] or "(not run: the time limit was reached)").strip(), "```", ""]
+            md += ["```", (c["message"] or "(not run: see the note above)").strip(), "```", ""]
             if c["transcript"]:
                 md += ["The last exchanges:", "", "```", c["transcript"].strip(), "```", ""]
     skipped = [c for c in checks if c["result"] == "skipped"]
@@ -517,7 +518,8 @@ def main(argv):
         print(note, flush=True)
     else:
         results, timed_out = run_checks(args.suite, env, chosen, json_path, args.timeout)
-        note = f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed." if timed_out else ""
+        note = (f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed."
+                if timed_out else "")
         details = failure_details(json_path)
     performance = None
     if args.perf and not why:

@@ -290,8 +290,8 @@ TEST_P(IdleTimeout, NoCpuWhileIdle) {
   const double share = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK)) /
                        std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_GE(before, 0) << "cannot read /proc/" << server_->pid() << "/stat";
-  EXPECT_LT(share, 0.2) << "while idle with keep-alive connections open the server used " << static_cast<int>(share * 100)
-                        << " % of a CPU";
+  EXPECT_LT(share, 0.2) << "while idle with keep-alive connections open the server used "
+                        << static_cast<int>(share * 100) << " % of a CPU";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllServers, IdleTimeout, ::testing::ValuesIn(all_servers()), ServerName());

@@ -315,7 +315,8 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
   for (const Case& k : cases) {
     SCOPED_TRACE("GET " + k.target);
     const Exchange x = exchange_once(request("GET", k.target, "HTTP/1.1", "Connection: close\r\n"));
-    EXPECT_EQ(x.bytes.find(root.marker()), std::string::npos) << "a file outside the root leaked: " << Client::preview(x.bytes);
+    EXPECT_EQ(x.bytes.find(root.marker()), std::string::npos)
+        << "a file outside the root leaked: " << Client::preview(x.bytes);
     EXPECT_EQ(x.bytes.find("root:"), std::string::npos) << "/etc/passwd leaked: " << Client::preview(x.bytes);
     if (!x.response) {
       ADD_FAILURE() << x.error;  // and on to the next spelling, which may leak

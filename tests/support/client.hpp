@@ -118,7 +118,8 @@ class Transcript {
   static std::string text() {
     std::lock_guard<std::mutex> lock(state().mutex);
     std::string out;
-    for (const Entry& e : state().entries) out += "connection " + std::to_string(e.fd) + " " + e.what + ": " + e.bytes + "\n";
+    for (const Entry& e : state().entries)
+      out += "connection " + std::to_string(e.fd) + " " + e.what + ": " + e.bytes + "\n";
     return out;
   }
 
