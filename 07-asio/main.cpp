@@ -164,8 +164,11 @@ class Session : public std::enable_shared_from_this<Session> {
     serve();
   }
 
-  void stop_if_idle() {  // a stop closes the connections that are waiting for a request
-    if (state_ == State::kReading) close();
+  // A stop ends a wait for a request by cancelling the read, whose handler then closes. Not close() here: the read
+  // may have completed already, its handler queued behind this one with a request taken from the kernel, to answer.
+  void stop_if_idle() {
+    error_code ignored;
+    if (state_ == State::kReading) socket_.cancel(ignored);
   }
 
   // The one way to end the connection (calling it twice is harmless). The FIN, or reset()'s RST, goes out when
