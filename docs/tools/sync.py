@@ -26,6 +26,24 @@ to the repository root, whichever file the block is in.
   <!-- figure: benchmark/results/RUN/plot.svg -->      the plot as an image, with the run's provenance sentence
   <!-- /figure -->                                      (alt="..." sets the image's alternative text)
 
+  <!-- chart: benchmark/results/RUN/raw.csv y=requests_per_s rows=02,03 where="concurrency=10,500"
+       out=docs/charts/03-select-throughput.svg alt="..." -->      (the opening comment on one line)
+  <!-- /chart -->                                       a bar chart of the raw.csv column `y=`, written to the SVG
+                                                        `out=` (a repository path), shown as an image with the run's
+                                                        provenance sentence. Each bar is the median of the runs of
+                                                        one server at one point (the columns before `repetition`);
+                                                        its error bar goes from the lowest run to the highest.
+                                                        `rows=` keeps the servers that start with a prefix, `where=`
+                                                        filters on raw.csv's columns, as in results blocks. The bars
+                                                        are grouped by the one identifying column that still varies
+                                                        (a group per concurrency, a colour per server), or by
+                                                        group=COLUMN; with none, one bar per server. The check
+                                                        regenerates the SVG and reports it stale when it differs.
+                                                        y=requests_per_s, cpu_us_per_req... (any column after
+                                                        `repetition`); alt="..." sets the alternative text. A point
+                                                        the benchmark did not run (`not run` in its check column)
+                                                        is marked so where its bar would be
+
   <!-- nav -->                                          previous / contents / next links, from the chapter files
   <!-- /nav -->                                         (docs/NN-*.md) and their first heading
 
@@ -33,24 +51,28 @@ Markers inside fenced code blocks are text, not markers, so a page can show the 
 
 Besides stale blocks, the check reports, for docs/**/*.md and README.md: relative links to files that do not exist,
 `#anchors` that no heading (GitHub's slugs) or <a id> in the target defines, and chapters NN-*.md that do not link to
-the previous chapter and the next one (when those files exist). It also notes (without failing) results files the
-docs cite that git does not track yet, so that a new results folder is not left out of the commit.
+the previous chapter and the next one (when those files exist). It also notes (without failing) results files and
+charts the docs cite that git does not track yet, so that a new results folder is not left out of the commit.
 
 Standard library only; Python 3.8+.
 """
 
 import argparse
+import csv
+import html
+import math
 import os
+import posixpath
 import re
 import shlex
 import sys
 import textwrap
 import unicodedata
 
-KINDS = ("excerpt", "results", "figure", "nav")
-OPEN_RE = re.compile(r"^<!--\s*(excerpt|results|figure|nav)\b\s*:?\s*(.*?)\s*-->$")
-CLOSE_RE = re.compile(r"^<!--\s*/(excerpt|results|figure|nav)\s*-->$")
-LOOKS_LIKE_MARKER_RE = re.compile(r"^<!--\s*/?\s*(excerpt|results|figure|nav)s?\b")
+KINDS = ("excerpt", "results", "figure", "chart", "nav")
+OPEN_RE = re.compile(r"^<!--\s*(excerpt|results|figure|chart|nav)\b\s*:?\s*(.*?)\s*-->$")
+CLOSE_RE = re.compile(r"^<!--\s*/(excerpt|results|figure|chart|nav)\s*-->$")
+LOOKS_LIKE_MARKER_RE = re.compile(r"^<!--\s*/?\s*(excerpt|results|figure|chart|nav)s?\b")
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 CHAPTER_RE = re.compile(r"^(\d\d)-[^/]*\.md$")
 SOURCE_LANGUAGES = {".cpp": "cpp", ".hpp": "cpp", ".cc": "cpp", ".h": "cpp", ".c": "c", ".sh": "sh",
@@ -254,6 +276,32 @@ def cell_of(row, i):
     return row[i] if i < len(row) else ""
 
 
+def rows_starting_with(path, rows, text):
+    """rows=01,nginx: the rows whose first cell starts with one of the prefixes; each prefix must match a row."""
+    prefixes = [p.strip() for p in text.split(",") if p.strip()]
+    missing = [p for p in prefixes if not any(r[0].startswith(p) for r in rows)]
+    if missing:
+        raise BlockError(f"{path} has no row starting with {', '.join(missing)}")
+    return [r for r in rows if any(r[0].startswith(p) for p in prefixes)]
+
+
+def rows_where(path, header, all_rows, rows, text):
+    """where="COLUMN=V1,V2;...": the rows whose cell in each named column is one of its values; each value must
+    be in some row of `all_rows` (the whole table), so that a typo is an error rather than an empty block."""
+    for column, wanted in where_conditions(path, header, text):
+        missing = [v for v in wanted if not any(cell_of(r, column) == v for r in all_rows)]
+        if missing:
+            raise BlockError(f"{path} has no row whose {header[column]} is {', '.join(missing)}")
+        rows = [r for r in rows if cell_of(r, column) in wanted]
+    return rows
+
+
+def filters_text(options, keys):
+    """The filter options as they were written, for an error message: `rows=02 where="c=1,2"`."""
+    return " ".join(f'{k}="{options[k]}"' if " " in options[k] else f"{k}={options[k]}"
+                    for k in keys if options.get(k))
+
+
 def render_results(root, doc, args):
     path, options = parse_args("results", args)
     check_options("results", options, ["table", "rows", "c", "where", "columns", "brief"])
@@ -271,11 +319,7 @@ def render_results(root, doc, args):
     if not rows:
         raise BlockError(f"table {number} of {path} has no rows")
     if options.get("rows"):
-        prefixes = [p.strip() for p in options["rows"].split(",") if p.strip()]
-        rows = [r for r in rows if any(r[0].startswith(p) for p in prefixes)]
-        missing = [p for p in prefixes if not any(r[0].startswith(p) for r in table.rows)]
-        if missing:
-            raise BlockError(f"{path} has no row starting with {', '.join(missing)}")
+        rows = rows_starting_with(path, rows, options["rows"])
     if options.get("c"):
         column = next((i for i, h in enumerate(header) if h in ("c", "connections")), None)
         if column is None:
@@ -283,15 +327,9 @@ def render_results(root, doc, args):
         wanted = [v.strip() for v in options["c"].split(",")]
         rows = [r for r in rows if cell_of(r, column) in wanted]
     if options.get("where"):
-        for column, wanted in where_conditions(path, header, options["where"]):
-            missing = [v for v in wanted if not any(cell_of(r, column) == v for r in table.rows)]
-            if missing:
-                raise BlockError(f"{path} has no row whose {header[column]} is {', '.join(missing)}")
-            rows = [r for r in rows if cell_of(r, column) in wanted]
+        rows = rows_where(path, header, table.rows, rows, options["where"])
     if not rows:
-        filters = " ".join(f'{k}="{options[k]}"' if " " in options[k] else f"{k}={options[k]}"
-                           for k in ("rows", "c", "where") if options.get(k))
-        raise BlockError(f"no row of {path} matches {filters}")
+        raise BlockError(f"no row of {path} matches {filters_text(options, ('rows', 'c', 'where'))}")
     keep = list(range(len(header)))
     if options.get("columns"):
         names = [n.strip() for n in options["columns"].split(",")]
@@ -364,6 +402,11 @@ def grouped_warnings(warnings):
     return out
 
 
+def run_summary(root, path):
+    """The Summary of the run whose folder holds `path` (a plot.svg, a raw.csv): for its provenance sentence."""
+    return Summary(root, os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/"))
+
+
 def render_figure(root, doc, args):
     path, options = parse_args("figure", args)
     check_options("figure", options, ["alt"])
@@ -371,10 +414,338 @@ def render_figure(root, doc, args):
         raise BlockError("figure needs the path of a plot, e.g. <!-- figure: benchmark/results/RUN/plot.svg -->")
     if not os.path.isfile(os.path.join(root, path)):
         raise BlockError(f"figure {path} does not exist (is the results folder committed?)")
-    summary_path = os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/")
-    summary = Summary(root, summary_path)
+    summary = run_summary(root, path)
     alt = options.get("alt") or f"{summary.title}: requests per second and p99 latency against concurrency"
     return [f"![{alt}]({rel_link(doc, path, root)})", "", "*" + summary.sentence(doc, root) + "*"]
+
+
+# -------------------------------------------------------------------------------------------------------- charts
+
+class GeneratedLines(list):
+    """A block's lines, and the files the block writes beside the Markdown: {repository path: text}."""
+
+    def __init__(self, lines, files):
+        super().__init__(lines)
+        self.files = files
+
+
+CHART_WIDTH = 640
+CHART_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+# Okabe-Ito's colour-blind-safe colours, chapter 01's server to 07's, one spare; then grey for nginx, the reference.
+PALETTE = ("#CC79A7", "#E69F00", "#0072B2", "#009E73", "#D55E00", "#56B4E9", "#000000", "#F0E442", "#999999")
+MEASURES = {  # raw.csv column -> what the y axis says
+    "requests_per_s": "requests per second",
+    "mib_per_s": "MiB per second",
+    "cpu_us_per_req": "server CPU per request, µs",
+    "io_uring_threads_cpu_us_per_req": "io_uring kernel threads' CPU per request, µs",
+    "ctxsw_per_req": "context switches per request",
+    "syscalls_per_req": "system calls per request",
+    "mean_ms": "mean latency, ms",
+    "p50_ms": "median latency (p50), ms",
+    "p99_ms": "p99 latency, ms",
+    "peak_rss_kib": "peak resident memory, KiB",
+    "peak_threads": "peak threads",
+}
+GROUP_NAMES = {"concurrency": "c = {}", "connections": "{} connections", "idle": "{} idle conns",
+               "keepalive": "keep-alive: {}", "rate": "{} req/s offered", "file": "{}"}
+
+
+class RawRuns:
+    """A benchmark raw.csv: one row per run. The columns between `server` and `repetition` identify a point; the
+    ones after `repetition` are what the run measured."""
+
+    def __init__(self, root, path):
+        full = os.path.join(root, path)
+        if not os.path.isfile(full):
+            raise BlockError(f"raw file {path} does not exist (is the results folder committed?)")
+        with open(full, encoding="utf-8", newline="") as f:
+            table = [[cell.strip() for cell in row] for row in csv.reader(f) if any(c.strip() for c in row)]
+        if not table or table[0][0] != "server":
+            raise BlockError(f"{path} is not a benchmark raw.csv (its first column should be `server`)")
+        self.path, self.header, self.rows = path, table[0], table[1:]
+        if "repetition" not in self.header:
+            raise BlockError(f"{path} has no repetition column, so there are no repeated runs to chart "
+                             f"(a --mode connections run has one row per point)")
+        self.repetition = self.header.index("repetition")
+
+    def number(self, row, column):
+        cell = cell_of(row, column)
+        try:
+            value = float(cell)
+        except ValueError:
+            value = float("nan")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise BlockError(f"{self.path}: the {self.header[column]} of {', '.join(row[:self.repetition + 1])} "
+                             f"is `{cell}`, not a number")
+        return value
+
+
+def server_colours(servers):
+    """A colour per server, the same in every chart: chapter NN's server takes the NNth colour and nginx grey. A
+    second program of one chapter, or a server with flags (`05-epoll:--threads=1`), takes the next free colour."""
+    colours = {}
+    for server in sorted(servers, key=lambda name: (":" in name, servers.index(name))):
+        number = re.match(r"0([1-7])-", server)
+        start = int(number.group(1)) - 1 if number else (len(PALETTE) - 1 if server.startswith("nginx") else 7)
+        free = [PALETTE[(start + k) % len(PALETTE)] for k in range(len(PALETTE))]
+        colours[server] = next(c for c in free if c not in colours.values())
+    return colours
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def value_text(value):
+    """A bar's value: whole numbers from 100 up, like the summaries' req/s; otherwise 3 significant digits."""
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def axis_ticks(top_value):
+    """Ticks from 0 at a step of 1, 2, 2.5 or 5 times a power of ten: the lowest last tick >= top_value that takes
+    3 to 8 steps (the count nearer 5 when two tie). Returns the ticks and the decimals they need."""
+    if top_value <= 0:
+        return [0.0, 1.0], 0
+    power = 10.0 ** math.floor(math.log10(top_value / 8))
+    candidates = []
+    for scale in (power, power * 10):
+        for m in (1, 2, 2.5, 5):
+            step = m * scale
+            count = max(3, math.ceil(top_value / step - 1e-9))
+            if count <= 8:
+                candidates.append((count * step, abs(count - 5), step, count))
+    _, _, step, count = min(candidates)
+    decimals = next((d for d in range(4) if abs(round(step, d) - step) < step * 1e-6), 3)
+    return [i * step for i in range(count + 1)], decimals
+
+
+def text_width(text, size):
+    """An estimate of a text's width in a sans-serif font (no font metrics here): about 0.58 em a character."""
+    return len(text) * size * 0.58
+
+
+def wrapped(text, size, width):
+    """The text cut at spaces into lines that fit `width` (by the estimate of text_width)."""
+    lines = []
+    for word in text.split(" "):
+        if lines and text_width(lines[-1] + " " + word, size) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def xml_text(text):
+    """Text for an SVG element's content: `&`, `<` and `>` escaped, quotes left readable."""
+    return html.escape(text, quote=False)
+
+
+def px(value):
+    return f"{value:.1f}"
+
+
+def chart_svg(title, heading, caption, servers, groups, group_name, bars, description, not_run=()):
+    """The SVG of a grouped bar chart. bars: {(server, group): (median, min, max)}; group None: a single group,
+    with the servers' names under their bars instead of a legend. not_run: the (server, group) points the benchmark
+    did not run, marked `not run` where their bar would be."""
+    width, left, right = CHART_WIDTH, 64, 16
+    colour = server_colours(servers)
+    out = []
+    # The heading names the y axis; a legend below it, when there are groups.
+    y = 40
+    legend = []
+    if groups != [None]:
+        x = 12
+        for server in servers:
+            item = 16 + text_width(server, 12) + 18
+            if x + item > width - right and x > 12:
+                x, y = 12, y + 18
+            legend.append(f'<rect x="{px(x)}" y="{px(y - 10)}" width="12" height="12" fill="{colour[server]}"/>')
+            legend.append(f'<text x="{px(x + 16)}" y="{px(y)}" font-size="12" fill="#222222">'
+                          f'{xml_text(server)}</text>')
+            x += item
+        y += 8
+    else:
+        y -= 6
+    plot_w = width - left - right
+    slot = plot_w / len(groups)
+    pitch = min(56.0, slot * 0.84 / len(servers))
+    bar_w = pitch * 0.86
+    labels = {key: value_text(value[0]) for key, value in bars.items()}
+    label_w = max(text_width(t, 10.5) for t in labels.values())
+    rotated = label_w > pitch - 1
+    plot_top = y + (label_w + 12 if rotated else 20)
+    plot_h = 230.0
+    bottom = plot_top + plot_h
+    ticks, decimals = axis_ticks(max(value[2] for value in bars.values()))
+
+    def y_of(value):
+        return bottom - value / ticks[-1] * plot_h
+
+    for tick in ticks:
+        out.append(f'<line x1="{left}" y1="{px(y_of(tick))}" x2="{width - right}" y2="{px(y_of(tick))}" '
+                   f'stroke="#e3e3e3" stroke-width="1"/>')
+        out.append(f'<text x="{left - 6}" y="{px(y_of(tick) + 4)}" font-size="11" fill="#555555" '
+                   f'text-anchor="end">{tick:.{decimals}f}</text>')
+    out.append(f'<line x1="{left}" y1="{px(bottom)}" x2="{width - right}" y2="{px(bottom)}" stroke="#888888" '
+               f'stroke-width="1"/>')
+    under = bottom + 24
+    name_w = max(text_width(s, 11) for s in servers)
+    for g, group in enumerate(groups):
+        start = left + g * slot + (slot - pitch * len(servers)) / 2
+        for s, server in enumerate(servers):
+            centre = start + s * pitch + pitch / 2
+            if (server, group) in not_run:
+                if text_width("not run", 10) <= pitch - 1:
+                    out.append(f'<text x="{px(centre)}" y="{px(bottom - 4)}" font-size="10" fill="#555555" '
+                               f'text-anchor="middle">not run</text>')
+                else:
+                    out.append(f'<text x="{px(centre + 3.5)}" y="{px(bottom - 4)}" font-size="10" fill="#555555" '
+                               f'transform="rotate(-90 {px(centre + 3.5)} {px(bottom - 4)})">not run</text>')
+            if (server, group) not in bars:
+                continue
+            middle, low, high = bars[(server, group)]
+            out.append(f'<rect x="{px(centre - bar_w / 2)}" y="{px(y_of(middle))}" width="{px(bar_w)}" '
+                       f'height="{px(bottom - y_of(middle))}" fill="{colour[server]}"/>')
+            cap = min(bar_w * 0.5, 10.0) / 2
+            whisker = (f'M{px(centre)} {px(y_of(low))}V{px(y_of(high))}'
+                       f'M{px(centre - cap)} {px(y_of(low))}H{px(centre + cap)}'
+                       f'M{px(centre - cap)} {px(y_of(high))}H{px(centre + cap)}')
+            out.append(f'<path d="{whisker}" stroke="#ffffff" stroke-width="3.5" fill="none"/>')
+            out.append(f'<path d="{whisker}" stroke="#222222" stroke-width="1.3" fill="none"/>')
+            top = y_of(high) - 5
+            if rotated:
+                out.append(f'<text x="{px(centre + 3.5)}" y="{px(top)}" font-size="10.5" fill="#222222" '
+                           f'transform="rotate(-90 {px(centre + 3.5)} {px(top)})">{labels[(server, group)]}</text>')
+            else:
+                out.append(f'<text x="{px(centre)}" y="{px(top)}" font-size="10.5" fill="#222222" '
+                           f'text-anchor="middle">{labels[(server, group)]}</text>')
+            if group is None:
+                name = xml_text(server)
+                if name_w <= pitch - 2:
+                    out.append(f'<text x="{px(centre)}" y="{px(bottom + 16)}" font-size="11" fill="#222222" '
+                               f'text-anchor="middle">{name}</text>')
+                else:
+                    out.append(f'<text x="{px(centre + 4)}" y="{px(bottom + 12)}" font-size="11" fill="#222222" '
+                               f'text-anchor="end" transform="rotate(-35 {px(centre + 4)} {px(bottom + 12)})">'
+                               f'{name}</text>')
+                    under = max(under, bottom + 12 + name_w * math.sin(math.radians(35)) + 4)
+        if group is not None:
+            label = GROUP_NAMES.get(group_name, group_name + " = {}").format(group)
+            out.append(f'<text x="{px(left + g * slot + slot / 2)}" y="{px(bottom + 18)}" font-size="12" '
+                       f'fill="#222222" text-anchor="middle">{xml_text(label)}</text>')
+    caption_lines = wrapped(caption, 11, width - 24)
+    height = math.ceil(under + 16 + 14 * (len(caption_lines) - 1))
+    head = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="{html.escape(CHART_FONT)}" role="img">',
+            f'<title>{xml_text(title)}</title>',
+            f'<desc>{xml_text(description)}</desc>',
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+            f'<text x="12" y="22" font-size="13" font-weight="600" fill="#222222">{xml_text(heading)}</text>']
+    foot = [f'<text x="12" y="{px(under + 6 + 14 * i)}" font-size="11" fill="#555555">{xml_text(line)}</text>'
+            for i, line in enumerate(caption_lines)] + ["</svg>"]
+    return "\n".join(head + legend + out + foot) + "\n"
+
+
+def repo_output_path(kind, text):
+    """out=PATH: a normalized repository path (no absolute path, no `..`), ending in .svg."""
+    path = text.replace("\\", "/")
+    if (not path.endswith(".svg") or path.startswith("/") or os.path.isabs(path)
+            or posixpath.normpath(path) != path or path.startswith("../")):
+        raise BlockError(f"{kind}: out={text or '(nothing)'} should be a repository path ending in .svg, "
+                         f"e.g. out=docs/charts/03-select-throughput.svg")
+    return path
+
+
+def render_chart(root, doc, args):
+    path, options = parse_args("chart", args)
+    check_options("chart", options, ["y", "rows", "where", "group", "out", "alt"])
+    if path is None:
+        raise BlockError("chart needs the path of a run's raw.csv, e.g. <!-- chart: benchmark/results/RUN/raw.csv "
+                         "y=requests_per_s out=docs/charts/NN-topic.svg -->")
+    out_path = repo_output_path("chart", options.get("out", ""))
+    runs = RawRuns(root, path)
+    header, rep = runs.header, runs.repetition
+    measured = header[rep + 1:]
+    y = options.get("y", "")
+    if not y:
+        raise BlockError(f"chart needs y=COLUMN, the column of {path} to plot (one of: {', '.join(measured)})")
+    if y not in measured:
+        raise BlockError(f"{path} has no measured column {y} (it has: {', '.join(measured)})")
+    rows = runs.rows
+    if options.get("rows"):
+        rows = rows_starting_with(path, rows, options["rows"])
+    if options.get("where"):
+        rows = rows_where(path, header, runs.rows, rows, options["where"])
+    if not rows:
+        filters = filters_text(options, ("rows", "where"))
+        raise BlockError(f"no row of {path} matches {filters}" if filters else f"{path} has no rows")
+    identity = list(range(1, rep))
+    varying = [i for i in identity if len({cell_of(r, i) for r in rows}) > 1]
+    if options.get("group"):
+        name = options["group"]
+        if name not in header[1:rep]:
+            raise BlockError(f"group={name}: {path} has no such column identifying a row "
+                             f"(it has: {', '.join(header[1:rep]) or 'none'})")
+        group_column = header.index(name)
+    else:
+        group_column = varying[0] if len(varying) == 1 else None
+    others = [i for i in varying if i != group_column]
+    if others:
+        example = f"{header[others[-1]]}={cell_of(rows[0], others[-1])}"
+        raise BlockError(f"the selected rows of {path} vary in {', '.join(header[i] for i in varying)}, and a chart "
+                         f"groups its bars by one column: fix the others with where= (e.g. where=\"{example}\")")
+    check = header.index("check") if "check" in header else None
+    servers, groups, values, skipped = [], [], {}, set()
+    for row in rows:
+        group = cell_of(row, group_column) if group_column is not None else None
+        if row[0] not in servers:
+            servers.append(row[0])
+        if group not in groups:
+            groups.append(group)
+        if check is not None and cell_of(row, check).startswith("not run"):
+            skipped.add((row[0], group))  # a point the benchmark skipped (03 beside 5000 idle connections)
+            continue
+        values.setdefault((row[0], group), []).append(runs.number(row, header.index(y)))
+    if not values:
+        raise BlockError(f"no selected row of {path} was run (their check column says `not run`)")
+    not_run = skipped - set(values)
+    if len(servers) > len(PALETTE):
+        raise BlockError(f"{len(servers)} servers are more than a chart's {len(PALETTE)} colours: narrow rows=")
+    if group_column is not None and all(re.fullmatch(r"-?\d+(\.\d+)?", g) for g in groups):
+        groups.sort(key=float)
+    bars = {key: (median(v), min(v), max(v)) for key, v in values.items()}
+    counts = sorted({len(v) for v in values.values()})
+    runs_text = f"{counts[0]} run{'s' if counts[0] > 1 else ''}" if len(counts) == 1 else \
+        f"{counts[0]} to {counts[-1]} runs"
+    measure = MEASURES.get(y, y)
+    heading = f"{measure} (median; error bars: min to max of {runs_text})"
+    by = f" by {header[group_column]}" if group_column is not None else ""
+    title = options.get("alt") or (f"Bar chart, {measure}: {', '.join(servers)}{by}; the median of {runs_text}, "
+                                   f"error bars from the lowest run to the highest")
+    caption = (f"Each bar: the median of {runs_text}; its error bar: from the lowest run to the highest. "
+               f"Data: {path}")
+    group_label = GROUP_NAMES.get(header[group_column], header[group_column] + " = {}") \
+        if group_column is not None else ""
+    points = []
+    for group in groups:
+        for server in servers:
+            where = f"{server} at {group_label.format(group)}" if group is not None else server
+            if (server, group) in bars:
+                middle, low, high = bars[(server, group)]
+                points.append(f"{where}: median {value_text(middle)}, min {value_text(low)}, max {value_text(high)}")
+            elif (server, group) in not_run:
+                points.append(f"{where}: not run")
+    svg = chart_svg(title, heading, caption, servers, groups,
+                    header[group_column] if group_column is not None else None, bars, "; ".join(points) + ".",
+                    not_run)
+    lines = [f"![{title}]({rel_link(doc, out_path, root)})", "",
+             "*" + run_summary(root, path).sentence(doc, root) + "*"]
+    return GeneratedLines(lines, {out_path: svg})
 
 
 # ---------------------------------------------------------------------------------------------------- navigation
@@ -419,7 +790,8 @@ def render_nav(root, doc, args):
     return [" · ".join(parts)]
 
 
-RENDERERS = {"excerpt": render_excerpt, "results": render_results, "figure": render_figure, "nav": render_nav}
+RENDERERS = {"excerpt": render_excerpt, "results": render_results, "figure": render_figure, "chart": render_chart,
+             "nav": render_nav}
 
 
 # ------------------------------------------------------------------------------------------------ block rewriting
@@ -434,8 +806,18 @@ def fence_state(line, in_fence):
     return in_fence
 
 
-def refresh(root, doc, text):
-    """Returns (new text, [(line, kind, args, status)], [errors]); status is 'ok', 'stale' or 'new'."""
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def refresh(root, doc, text, files=None):
+    """Returns (new text, [(line, kind, args, status, why)], [errors]); status is 'ok', 'stale' or 'new', and why
+    says what is stale when it is a file the block writes (a chart's SVG). The files that blocks write are added to
+    `files` ({repository path: text}) for the caller to write."""
     lines = text.split("\n")
     out, blocks, errors = [], [], []
     i, in_fence = 0, None
@@ -476,7 +858,18 @@ def refresh(root, doc, text):
             errors.append(f"{doc}:{i + 1}: {kind} block: {e}")
             new = old if old is not None else []
         status = "new" if old is None else ("ok" if old == new else "stale")
-        blocks.append((i + 1, kind, args, status))
+        why = ""
+        for path, content in sorted(getattr(new, "files", {}).items()):
+            current = read_bytes(os.path.join(root, path))
+            if current != content.encode("utf-8"):
+                status = "stale" if status == "ok" else status
+                why = (f"its chart {path} does not exist yet" if current is None else
+                       f"its chart {path} differs from what its source gives now")
+            if files is not None:
+                if files.get(path, content) != content:
+                    errors.append(f"{doc}:{i + 1}: {kind} block: another block writes {path} differently")
+                files[path] = content
+        blocks.append((i + 1, kind, args, status, why))
         out.append(line)
         out.extend(new)
         out.append(close)
@@ -625,8 +1018,8 @@ def doc_files(root):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description="Refresh the generated blocks (excerpts, results, figures, navigation) in docs/*.md and check "
-                    "links, anchors and chapter navigation.",
+        description="Refresh the generated blocks (excerpts, results, figures, charts, navigation) in docs/*.md "
+                    "and check links, anchors and chapter navigation.",
         epilog="Block syntax: see the top of this file, or docs/README.md.")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale or broken")
     parser.add_argument("--root", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -640,31 +1033,34 @@ def main(argv=None):
              for f in files]
 
     problems, updated, total, cited = [], [], 0, set()
-    texts = {}
+    texts, outputs = {}, {}
     for doc in files:
         full = os.path.join(root, doc)
         if not os.path.isfile(full):
             problems.append(f"{doc}: no such file")
             continue
         text = read_text(full)
-        new_text, blocks, errors = refresh(root, doc, text)
+        new_text, blocks, errors = refresh(root, doc, text, outputs)
         problems += errors
         total += len(blocks)
-        for _, kind, args, _ in blocks:
-            if kind in ("results", "figure"):
+        for _, kind, args, _, _ in blocks:
+            if kind in ("results", "figure", "chart"):
                 try:
-                    path = parse_args(kind, args)[0]
+                    path, block_options = parse_args(kind, args)
                 except BlockError:
                     continue
                 if path:
                     cited.add(path)
-                    if kind == "figure":
+                    if kind in ("figure", "chart"):
                         cited.add(os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/"))
+                    if kind == "chart" and block_options.get("out"):
+                        cited.add(block_options["out"])
         changed = [b for b in blocks if b[3] != "ok"]
-        for line, kind, args, status in changed:
+        for line, kind, args, status, why in changed:
             what = f"{kind}: {args}" if args else kind
             if options.check:
-                reason = "was never generated" if status == "new" else "differs from what its source gives now"
+                reason = ("was never generated" if status == "new" else
+                          why or "differs from what its source gives now")
                 problems.append(f"{doc}:{line}: stale block <!-- {what} --> {reason}")
             else:
                 updated.append(f"{doc}:{line}: refreshed <!-- {what} -->")
@@ -673,6 +1069,13 @@ def main(argv=None):
                 f.write(new_text)
             text = new_text
         texts[doc] = text
+    if not options.check:
+        for path, content in sorted(outputs.items()):
+            full = os.path.join(root, path)
+            if read_bytes(full) != content.encode("utf-8"):
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f:
+                    f.write(content.encode("utf-8"))
 
     cache = {}
     for doc, text in texts.items():

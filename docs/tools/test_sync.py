@@ -4,6 +4,7 @@
 import contextlib
 import io
 import os
+import re
 import tempfile
 import textwrap
 import sys
@@ -96,6 +97,27 @@ IDLE = """\
 | 05-epoll | 5000 | no | 10 | 6800 |
 | 03-select | 0 | no | 10 | 6000 |
 | 03-select | 1000 | no | 10 | 5000 |
+"""
+
+
+# raw.csv: every run. 01 at c = 10 is the one to check: runs of 900, 800 and 810 req/s.
+RAW = """\
+server,concurrency,repetition,requests_per_s,cpu_us_per_req,check
+01-blocking-single,10,1,900.00,80.0,ok
+01-blocking-single,100,1,830.00,90.0,ok
+05-epoll,10,1,7000.00,60.0,ok
+05-epoll,100,1,10000.00,50.0,ok
+nginx,100,1,13000.00,40.0,ok
+01-blocking-single,10,2,800.00,82.0,ok
+01-blocking-single,100,2,840.00,91.0,ok
+05-epoll,10,2,6500.00,61.0,ok
+05-epoll,100,2,11000.00,52.0,ok
+nginx,100,2,12000.00,41.0,ok
+01-blocking-single,10,3,810.00,81.0,ok
+01-blocking-single,100,3,835.00,95.0,ok
+05-epoll,10,3,7200.00,62.0,ok
+05-epoll,100,3,10500.00,51.0,ok
+nginx,100,3,12500.00,n/a,ok
 """
 
 
@@ -253,6 +275,118 @@ class SyncTest(unittest.TestCase):
             code, report = self.run_sync("--check")
             self.assertEqual(code, 1, where)
             self.assertIn(message, report)
+
+    def chart(self, options, doc="docs/README.md"):
+        """Writes a chart block into `doc`, runs the refresh, and returns (exit code, report)."""
+        self.write("benchmark/results/R1/raw.csv", RAW)
+        self.write(doc, f"# C\n\n<!-- chart: benchmark/results/R1/raw.csv {options} -->\n")
+        return self.run_sync()
+
+    def test_chart_median_min_max_and_groups(self):
+        code, report = self.chart("y=requests_per_s rows=01,05 out=docs/charts/t.svg")
+        self.assertEqual(code, 0, report)
+        text, svg = self.read("docs/README.md"), self.read("docs/charts/t.svg")
+        self.assertIn("![Bar chart, requests per second: 01-blocking-single, 05-epoll by concurrency; the median "
+                      "of 3 runs, error bars from the lowest run to the highest](charts/t.svg)\n\n*Source: measured by "
+                      "`benchmark/benchmark.sh -r 3`; 3 repetitions", text)
+        self.assertIn("Linux 6.1.0", text)
+        self.assertIn("<!-- /chart -->", text)
+        # Each bar is the median of its runs, its error bar their min and max, grouped by the column that varies.
+        self.assertIn("01-blocking-single at c = 10: median 810, min 800, max 900; "
+                      "05-epoll at c = 10: median 7000, min 6500, max 7200; "
+                      "01-blocking-single at c = 100: median 835, min 830, max 840;", svg)
+        self.assertIn(">requests per second (median; error bars: min to max of 3 runs)</text>", svg)
+        for label in (">c = 10</text>", ">c = 100</text>", ">01-blocking-single</text>", ">05-epoll</text>",
+                      "<title>Bar chart, requests per second", 'fill="#ffffff"'):
+            self.assertIn(label, svg)
+        self.assertNotIn("nginx", svg)
+        self.assertEqual(self.run_sync("--check")[0], 0)
+        self.assertEqual(self.run_sync()[1].count("refreshed"), 0)  # idempotent
+
+    def test_median_of_an_even_count(self):
+        self.assertEqual(sync.median([4.0, 1.0, 3.0, 2.0]), 2.5)
+        self.assertEqual(sync.median([5.0]), 5.0)
+
+    def test_chart_single_group_where_and_group(self):
+        code, report = self.chart("y=requests_per_s where=\"concurrency=100\" out=docs/charts/t.svg alt=\"At c=100\"")
+        self.assertEqual(code, 0, report)
+        svg = self.read("docs/charts/t.svg")
+        self.assertIn("<desc>01-blocking-single: median 835, min 830, max 840; 05-epoll: median 10500, min 10000, "
+                      "max 11000; nginx: median 12500, min 12000, max 13000.</desc>", svg)
+        self.assertNotIn("c = 100", svg)  # one bar per server, named under it
+        self.assertIn("![At c=100](charts/t.svg)", self.read("docs/README.md"))
+        code, report = self.chart("y=requests_per_s where=\"concurrency=100\" group=concurrency out=docs/charts/t.svg")
+        self.assertEqual(code, 0, report)
+        self.assertIn(">c = 100</text>", self.read("docs/charts/t.svg"))
+
+    def test_chart_svg_is_checked_like_a_block(self):
+        self.assertEqual(self.chart("y=cpu_us_per_req rows=01 out=docs/charts/t.svg")[0], 0)
+        self.write("benchmark/results/R1/raw.csv", RAW.replace("810.00,81.0", "810.00,99.0"))
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/README.md:3: stale block <!-- chart: benchmark/results/R1/raw.csv y=cpu_us_per_req rows=01 "
+                      "out=docs/charts/t.svg --> its chart docs/charts/t.svg differs from what its source gives now",
+                      report)
+        self.assertNotIn("median 82.0, min 80.0, max 99.0", self.read("docs/charts/t.svg"))  # --check wrote nothing
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn("median 82.0, min 80.0, max 99.0", self.read("docs/charts/t.svg"))
+        os.remove(os.path.join(self.root, "docs/charts/t.svg"))
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("its chart docs/charts/t.svg does not exist yet", report)
+
+    def test_chart_is_the_same_bytes_every_time(self):
+        self.assertEqual(self.chart("y=requests_per_s out=docs/charts/t.svg")[0], 0)
+        first = self.read("docs/charts/t.svg")
+        lines = sync.render_chart(self.root, "docs/README.md", "benchmark/results/R1/raw.csv y=requests_per_s "
+                                                               "out=docs/charts/t.svg")
+        self.assertEqual(lines.files, {"docs/charts/t.svg": first})
+        self.assertTrue(first.startswith("<svg ") and first.endswith("</svg>\n"))
+        numbers = re.findall(r'(?:x|y|width|height)="(-?[0-9.]+)"', first)
+        self.assertTrue(numbers)
+        self.assertTrue(all(re.fullmatch(r"-?\d+(\.\d)?", n) for n in numbers), numbers)
+
+    def test_chart_marks_a_point_not_run(self):
+        self.write("benchmark/results/R1/raw.csv", RAW + "nginx,10,1,n/a,n/a,not run: it held 3 of 10\n")
+        self.write("docs/README.md", "# C\n\n<!-- chart: benchmark/results/R1/raw.csv y=requests_per_s rows=05,nginx "
+                                     "out=docs/charts/t.svg -->\n")
+        code, report = self.run_sync()
+        self.assertEqual(code, 0, report)
+        svg = self.read("docs/charts/t.svg")
+        self.assertIn("05-epoll at c = 10: median 7000, min 6500, max 7200; nginx at c = 10: not run; ", svg)
+        self.assertIn(">not run</text>", svg)
+        self.write("docs/README.md", "# C\n\n<!-- chart: benchmark/results/R1/raw.csv y=requests_per_s rows=nginx "
+                                     "where=\"concurrency=10\" out=docs/charts/t.svg -->\n")
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("no selected row of benchmark/results/R1/raw.csv was run", report)
+
+    def test_chart_errors(self):
+        for options, message in (
+                ("y=nope out=docs/charts/t.svg",
+                 "benchmark/results/R1/raw.csv has no measured column nope (it has: requests_per_s, cpu_us_per_req, "
+                 "check)"),
+                ("y=requests_per_s", "chart: out=(nothing) should be a repository path ending in .svg"),
+                ("y=requests_per_s out=../t.svg", "chart: out=../t.svg should be a repository path"),
+                ("y=requests_per_s rows=09 out=docs/charts/t.svg", "has no row starting with 09"),
+                ("y=requests_per_s where=\"concurrency=7\" out=docs/charts/t.svg", "has no row whose concurrency is 7"),
+                ("y=requests_per_s rows=nginx where=\"concurrency=10\" out=docs/charts/t.svg",
+                 "no row of benchmark/results/R1/raw.csv matches rows=nginx where=concurrency=10"),
+                ("y=cpu_us_per_req rows=nginx out=docs/charts/t.svg",
+                 "the cpu_us_per_req of nginx, 100, 3 is `n/a`, not a number"),
+                ("y=requests_per_s group=check out=docs/charts/t.svg",
+                 "group=check: benchmark/results/R1/raw.csv has no such column identifying a row")):
+            code, report = self.chart(options)
+            self.assertEqual(code, 1, options)
+            self.assertIn(message, report)
+        self.write("benchmark/results/R5/raw.csv", "server,file,connections,repetition,requests_per_s\n"
+                                                   "05-epoll,a,1,1,5\n05-epoll,b,2,1,6\n")
+        self.write("docs/README.md", "# C\n\n<!-- chart: benchmark/results/R5/raw.csv y=requests_per_s "
+                                     "out=docs/charts/t.svg -->\n")
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("vary in file, connections, and a chart groups its bars by one column: fix the others with "
+                      "where= (e.g. where=\"connections=1\")", report)
 
     def test_markers_in_code_fences_are_text(self):
         self.write("docs/README.md", "# C\n\n```\n<!-- excerpt: nowhere/x.cpp#y -->\n```\n")
