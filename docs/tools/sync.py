@@ -661,7 +661,9 @@ def repo_output_path(kind, text):
     return path
 
 
-def render_chart(root, doc, args):
+def render_chart(root, doc, args, run_above=None):
+    """run_above: the results folder of a block directly above this one (nothing but blank lines between), whose
+    provenance the reader has just read: the chart then says so in a few words instead of repeating it."""
     path, options = parse_args("chart", args)
     check_options("chart", options, ["y", "rows", "where", "group", "out", "alt"])
     if path is None:
@@ -743,8 +745,9 @@ def render_chart(root, doc, args):
     svg = chart_svg(title, heading, caption, servers, groups,
                     header[group_column] if group_column is not None else None, bars, "; ".join(points) + ".",
                     not_run)
-    lines = [f"![{title}]({rel_link(doc, out_path, root)})", "",
-             "*" + run_summary(root, path).sentence(doc, root) + "*"]
+    same_run = run_above == posixpath.dirname(path)
+    provenance = "The same run as the table above." if same_run else run_summary(root, path).sentence(doc, root)
+    lines = [f"![{title}]({rel_link(doc, out_path, root)})", "", "*" + provenance + "*"]
     return GeneratedLines(lines, {out_path: svg})
 
 
@@ -821,9 +824,12 @@ def refresh(root, doc, text, files=None):
     lines = text.split("\n")
     out, blocks, errors = [], [], []
     i, in_fence = 0, None
+    run_above = None  # the results folder of the block just above, while only blank lines follow it
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
+        if stripped and not OPEN_RE.match(stripped):
+            run_above = None
         if in_fence is not None:
             in_fence = fence_state(line, in_fence)
             out.append(line)
@@ -853,7 +859,7 @@ def refresh(root, doc, text, files=None):
                 break
         old = lines[i + 1:end] if end is not None else None
         try:
-            new = RENDERERS[kind](root, doc, args)
+            new = render_chart(root, doc, args, run_above) if kind == "chart" else RENDERERS[kind](root, doc, args)
         except BlockError as e:
             errors.append(f"{doc}:{i + 1}: {kind} block: {e}")
             new = old if old is not None else []
@@ -870,6 +876,11 @@ def refresh(root, doc, text, files=None):
                     errors.append(f"{doc}:{i + 1}: {kind} block: another block writes {path} differently")
                 files[path] = content
         blocks.append((i + 1, kind, args, status, why))
+        try:
+            source = parse_args(kind, args)[0] if kind in ("results", "figure", "chart") else None
+        except BlockError:
+            source = None  # already reported by the renderer
+        run_above = posixpath.dirname(source) if source else None
         out.append(line)
         out.extend(new)
         out.append(close)

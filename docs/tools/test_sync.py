@@ -335,6 +335,19 @@ class SyncTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("its chart docs/charts/t.svg does not exist yet", report)
 
+    def test_chart_under_a_table_of_its_run_does_not_repeat_the_provenance(self):
+        self.write("benchmark/results/R1/raw.csv", RAW)
+        table = "<!-- results: benchmark/results/R1/summary.md brief -->\n"
+        chart = "<!-- chart: benchmark/results/R1/raw.csv y=requests_per_s out=docs/charts/t.svg -->\n"
+        self.write("docs/README.md", "# C\n\n" + table + "\n" + chart)
+        self.assertEqual(self.run_sync()[0], 0)
+        text = self.read("docs/README.md")
+        self.assertIn("*The same run as the table above.*", text)
+        self.assertEqual(text.count("Everything about the run"), 1)
+        self.write("docs/README.md", "# C\n\n" + table + "\nA sentence between them.\n\n" + chart)
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertEqual(self.read("docs/README.md").count("Everything about the run"), 2)
+
     def test_chart_is_the_same_bytes_every_time(self):
         self.assertEqual(self.chart("y=requests_per_s out=docs/charts/t.svg")[0], 0)
         first = self.read("docs/charts/t.svg")
