@@ -804,7 +804,8 @@ def fence_state(line, in_fence):
     m = FENCE_RE.match(line)
     if in_fence is None:
         return m.group(1) if m else None
-    if m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence) and not line.strip().strip(m.group(1)[0]):
+    closes = m and m.group(1)[0] == in_fence[0] and len(m.group(1)) >= len(in_fence)
+    if closes and not line.strip().strip(m.group(1)[0]):
         return None
     return in_fence
 
