@@ -32,8 +32,12 @@ struct Request {
   // The request target in origin-form: path and query ("/", "/index.html?x=1"). An absolute-form target
   // ("http://host/index.html?x=1") arrives here as the origin-form it names, so later code sees one form only.
   std::string target;
-  // The If-Modified-Since value as sent (the last one wins), empty when absent: only --root mode looks at it.
+  // The conditional and range fields as sent, empty when absent: only --root mode looks at them (files.hpp).
+  // The last If-Modified-Since, If-Range and Range win; several If-None-Match lines are one list (RFC 9110 5.3).
   std::string if_modified_since;
+  std::string if_none_match;
+  std::string if_range;
+  std::string range;
 };
 
 struct Parse {
@@ -203,7 +207,8 @@ inline Parse parse_request(std::string_view data) {
 
   // The header fields, up to the empty line that ends the head.
   int hosts = 0;
-  std::string_view if_modified_since;
+  std::string_view if_modified_since, if_range, range;
+  std::string if_none_match;
   bool has_length = false, has_chunked = false, close = false, keep_alive = false;
   long long length = 0;
   for (;;) {
@@ -232,6 +237,13 @@ inline Parse parse_request(std::string_view data) {
       has_chunked = true;
     } else if (iequals(name, "If-Modified-Since")) {
       if_modified_since = value;  // checked only when a file is served (files.hpp parses it)
+    } else if (iequals(name, "If-None-Match")) {
+      if (!if_none_match.empty()) if_none_match += ", ";
+      if_none_match += value;
+    } else if (iequals(name, "If-Range")) {
+      if_range = value;
+    } else if (iequals(name, "Range")) {
+      range = value;
     } else if (iequals(name, "Connection")) {
       for_each_element(value, [&](std::string_view option) {
         if (iequals(option, "close")) close = true;
@@ -259,6 +271,9 @@ inline Parse parse_request(std::string_view data) {
   p.request.keep_alive = http11 ? !close : (keep_alive && !close);
   p.request.target = std::move(*origin);
   p.request.if_modified_since = std::string(if_modified_since);
+  p.request.if_none_match = std::move(if_none_match);
+  p.request.if_range = std::string(if_range);
+  p.request.range = std::string(range);
   return p;
 }
 
