@@ -69,6 +69,10 @@ import sys
 import textwrap
 import unicodedata
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import fingerprint  # noqa: E402  (docs/tools/fingerprint.py)
+
 KINDS = ("excerpt", "results", "figure", "chart", "nav")
 OPEN_RE = re.compile(r"^<!--\s*(excerpt|results|figure|chart|nav)\b\s*:?\s*(.*?)\s*-->$")
 CLOSE_RE = re.compile(r"^<!--\s*/(excerpt|results|figure|chart|nav)\s*-->$")
@@ -259,6 +263,119 @@ class Summary:
         return "Source: " + "; ".join(parts) + f". Everything about the run: {link}."
 
 
+# ----------------------------------------------------------------------------------------------------- freshness
+# A run is fresh for a server when the code it measured has today's fingerprint (docs/tools/fingerprint.py: the
+# server's folder and common/, comments and whitespace aside). The run's fingerprints.json says what it measured;
+# a run without one is fingerprinted from the commit its summary.md records (with git). A run with neither (no
+# commit, or a `-dirty` one: uncommitted changes nobody can read back) measured unknown code, so it counts as stale.
+
+STALE_PREFIX = "> Measured on "
+FRESHNESS = {}  # (root, what) -> fingerprints; emptied by main(), so that one call sees one state of the tree
+
+
+class Stale:
+    """A block that quotes a run of other code than today's: what --stale lists."""
+
+    def __init__(self, run, servers, command, line):
+        self.run, self.servers, self.command, self.line = run, servers, command, line
+
+
+def today_fingerprints(root):
+    key = (root, None)
+    if key not in FRESHNESS:
+        FRESHNESS[key] = fingerprint.fingerprints(root)
+    return FRESHNESS[key]
+
+
+def run_fingerprints(root, run, summary):
+    """(the run's {server folder: fingerprint}, None) or (None, why the code it measured is unknown)."""
+    key = (root, run)
+    if key not in FRESHNESS:
+        recorded = os.path.join(root, run, "fingerprints.json")
+        commit = summary.field("Commit").split(";")[0].strip().split(" ")[0] if summary.field("Commit") else ""
+        if os.path.isfile(recorded):
+            import json
+            try:
+                with open(recorded, encoding="utf-8") as f:
+                    found = json.load(f)
+            except ValueError as e:
+                raise BlockError(f"{run}/fingerprints.json is not JSON ({e})")
+            if not isinstance(found, dict):
+                raise BlockError(f"{run}/fingerprints.json should be one object, {{\"05-epoll\": \"hex\", ...}}")
+            FRESHNESS[key] = ({k: v for k, v in found.items() if isinstance(v, str)}, None)
+        elif not commit:
+            FRESHNESS[key] = (None, "the run recorded neither fingerprints.json nor its commit")
+        elif commit.endswith("-dirty"):
+            FRESHNESS[key] = (None, f"commit {commit}: the run measured uncommitted changes")
+        else:
+            FRESHNESS[key] = (fingerprint.fingerprints(root, commit), None)
+    return FRESHNESS[key]
+
+
+def server_folder_of(name):
+    """The server folder a results row or raw.csv server measured: `05-epoll:--threads=1` and `05-epoll (...)`
+    -> 05-epoll, `06-io_uring-advanced` -> 06-io_uring (its advanced.cpp), `07-asio-uring` -> 07-asio; None for
+    nginx and anything else that is not a chapter's server."""
+    m = re.match(r"(0[1-9])-", name)
+    return m.group(1) if m else None
+
+
+def refresh_command(summary):
+    """The command that measures the run again on today's code: the one it recorded, building first."""
+    command = summary.field("Command").strip().strip("`").strip()
+    if not command:
+        return ""
+    command = re.sub(r"\s--no-build\b", "", command)
+    command = re.sub(r"\s--(results-dir|log)(=|\s+)\S+", "", command)  # where that run wrote, not where to write
+    return ("./" + command) if command.startswith("benchmark/") else command
+
+
+def and_list(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def by_number(prints):
+    """{"05": ("05-epoll", fingerprint)}: a fingerprints object by chapter number, so that a renamed folder is still
+    its chapter's server; where a file also names variants (06-io_uring-advanced), the folder's shorter name wins."""
+    found = {}
+    for key in sorted(prints, key=len, reverse=True):
+        if re.match(r"0[1-9]-", key):
+            found[key[:2]] = (key, prints[key])
+    return found
+
+
+def stale_note(root, summary, names):
+    """([the note's lines], Stale or None) for a block that shows the servers `names` of the run of `summary`."""
+    run = posixpath.dirname(summary.path)
+    numbers = []
+    for name in names:
+        number = server_folder_of(name)
+        if number and number not in numbers:
+            numbers.append(number)
+    if not numbers:
+        return [], None
+    today = today_fingerprints(root)
+    measured, unknown = run_fingerprints(root, run, summary)
+    now, then = by_number(today), by_number(measured or {})
+    stale = []
+    for number in numbers:
+        folder = (now.get(number) or then.get(number) or (None, None))[0]
+        if folder is None:
+            continue  # no such server here, then or now: not ours to judge
+        if unknown or now.get(number) != then.get(number):
+            stale.append(folder)
+    if not stale:
+        return [], None
+    command = refresh_command(summary)
+    again = f"; re-measure: `{command}`" if command else ""
+    if unknown:
+        line = (f"{STALE_PREFIX}code this repository cannot identify ({unknown}), not necessarily today's "
+                f"{and_list(stale)}{again}.")
+    else:
+        line = f"{STALE_PREFIX}an earlier version of {and_list(stale)} than the code in this repository{again}."
+    return [line], Stale(run, stale, command, line)
+
+
 def where_conditions(path, header, text):
     """where="COLUMN=V1,V2;COLUMN=V3" -> [(the column's index, [V1, V2]), ...]."""
     conditions = []
@@ -340,6 +457,7 @@ def render_results(root, doc, args):
     align_cells = table.align
     if len(align_cells) != len(header):
         align_cells = ["---"] * len(header)
+    note, stale = stale_note(root, summary, [r[0] for r in rows])
     out = []
     if "brief" in options:
         out += ["*" + summary.sentence(doc, root) + "*", ""]
@@ -350,13 +468,15 @@ def render_results(root, doc, args):
         if not summary.field("Repetitions"):
             out.append("- Repetitions: none stated, so one run per row: no median, no spread")
         out.append("")
+    if note:
+        out += note + [""]
     out.append("| " + " | ".join(header[i] for i in keep) + " |")
     out.append("|" + "|".join(align_cells[i] for i in keep) + "|")
     out += ["| " + " | ".join(cell_of(r, i) for i in keep) + " |" for r in rows]
     warnings = grouped_warnings([w for w in summary.warnings if warning_concerns(w, rows)])
     if warnings:
         out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in warnings]
-    return out
+    return GeneratedLines(out, stale=stale)
 
 
 ROW_WARNING_RE = re.compile(r"^(.+?) at (\d+) req/s: ")
@@ -416,17 +536,21 @@ def render_figure(root, doc, args):
         raise BlockError(f"figure {path} does not exist (is the results folder committed?)")
     summary = run_summary(root, path)
     alt = options.get("alt") or f"{summary.title}: requests per second and p99 latency against concurrency"
-    return [f"![{alt}]({rel_link(doc, path, root)})", "", "*" + summary.sentence(doc, root) + "*"]
+    note, stale = stale_note(root, summary, [r[0] for table in summary.tables for r in table.rows])
+    return GeneratedLines([f"![{alt}]({rel_link(doc, path, root)})", "", "*" + summary.sentence(doc, root) + "*"] +
+                          ([""] + note if note else []), stale=stale)
 
 
 # -------------------------------------------------------------------------------------------------------- charts
 
 class GeneratedLines(list):
-    """A block's lines, and the files the block writes beside the Markdown: {repository path: text}."""
+    """A block's lines, the files the block writes beside the Markdown ({repository path: text}), and its citation
+    of a run when that run measured other code than today's (a Stale, for --stale)."""
 
-    def __init__(self, lines, files):
+    def __init__(self, lines, files=None, stale=None):
         super().__init__(lines)
-        self.files = files
+        self.files = files or {}
+        self.stale = stale
 
 
 CHART_WIDTH = 640
@@ -746,9 +870,11 @@ def render_chart(root, doc, args, run_above=None):
                     header[group_column] if group_column is not None else None, bars, "; ".join(points) + ".",
                     not_run)
     same_run = run_above == posixpath.dirname(path)
-    provenance = "The same run as the table above." if same_run else run_summary(root, path).sentence(doc, root)
-    lines = [f"![{title}]({rel_link(doc, out_path, root)})", "", "*" + provenance + "*"]
-    return GeneratedLines(lines, {out_path: svg})
+    summary = run_summary(root, path)
+    provenance = "The same run as the table above." if same_run else summary.sentence(doc, root)
+    note, stale = stale_note(root, summary, servers)
+    lines = [f"![{title}]({rel_link(doc, out_path, root)})", "", "*" + provenance + "*"] + ([""] + note if note else [])
+    return GeneratedLines(lines, {out_path: svg}, stale=stale)
 
 
 # ---------------------------------------------------------------------------------------------------- navigation
@@ -818,10 +944,23 @@ def read_bytes(path):
         return None
 
 
-def refresh(root, doc, text, files=None):
+def without_note(lines):
+    """A block's lines without its note on the run's older code (and the blank line that sets the note apart)."""
+    out = []
+    for line in lines:
+        if line.startswith(STALE_PREFIX) or (not line.strip() and out and not out[-1].strip()):
+            continue
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def refresh(root, doc, text, files=None, citations=None):
     """Returns (new text, [(line, kind, args, status, why)], [errors]); status is 'ok', 'stale' or 'new', and why
-    says what is stale when it is a file the block writes (a chart's SVG). The files that blocks write are added to
-    `files` ({repository path: text}) for the caller to write."""
+    says what is stale when it is a file the block writes (a chart's SVG) or the note on a run's freshness. The
+    files that blocks write are added to `files` ({repository path: text}) for the caller to write, and the blocks
+    that quote a run of older code to `citations` ([(doc, line, Stale)])."""
     lines = text.split("\n")
     out, blocks, errors = [], [], []
     i, in_fence = 0, None
@@ -866,6 +1005,14 @@ def refresh(root, doc, text, files=None):
             new = old if old is not None else []
         status = "new" if old is None else ("ok" if old == new else "stale")
         why = ""
+        if status == "stale" and without_note(old) == without_note(new):
+            stale_now = getattr(new, "stale", None)
+            why = ("its run measured older code than today's, and the block does not say so yet" if stale_now else
+                   "it says its run measured older code, and today's code is what the run measured")
+            if stale_now and any(x.startswith(STALE_PREFIX) for x in old):
+                why = "its note on the run's older code is out of date"
+        if getattr(new, "stale", None) is not None and citations is not None:
+            citations.append((doc, i + 1, new.stale))
         for path, content in sorted(getattr(new, "files", {}).items()):
             current = read_bytes(os.path.join(root, path))
             if current != content.encode("utf-8"):
@@ -1028,12 +1175,35 @@ def doc_files(root):
     return files
 
 
+def report_stale(citations):
+    """--stale: every block that quotes a run of older code, by run, with the command that measures it again."""
+    if not citations:
+        print("No stale citations: every block quotes a run of today's code.")
+        return 0
+    runs = {}
+    for doc, line, stale in citations:
+        runs.setdefault(stale.run, []).append((doc, line, stale))
+    print(f"{len(citations)} block(s) quote {len(runs)} run(s) of older code than today's:")
+    for run, found in sorted(runs.items()):
+        servers = []
+        for _, _, stale in found:
+            servers += [s for s in stale.servers if s not in servers]
+        print(f"\n{run}: {', '.join(sorted(servers))}")
+        print(f"  re-measure: {found[0][2].command or '(the run recorded no command)'}")
+        for doc, line, stale in found:
+            print(f"  {doc}:{line} ({', '.join(stale.servers)})")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Refresh the generated blocks (excerpts, results, figures, charts, navigation) in docs/*.md "
                     "and check links, anchors and chapter navigation.",
         epilog="Block syntax: see the top of this file, or docs/README.md.")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale or broken")
+    parser.add_argument("--stale", action="store_true",
+                        help="change nothing; list every block that quotes a run of older code than today's, with "
+                             "the command that measures it again (exit 0)")
     parser.add_argument("--root", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                         "..", "..")),
                         help="the repository root (default: two folders above this script)")
@@ -1044,15 +1214,22 @@ def main(argv=None):
     files = [os.path.relpath(os.path.abspath(f), root).replace(os.sep, "/") if os.path.isabs(f) else f
              for f in files]
 
+    if options.stale:
+        options.check = True  # --stale writes nothing either
+    FRESHNESS.clear()
     problems, updated, total, cited = [], [], 0, set()
-    texts, outputs = {}, {}
+    texts, outputs, citations = {}, {}, []
     for doc in files:
         full = os.path.join(root, doc)
         if not os.path.isfile(full):
             problems.append(f"{doc}: no such file")
             continue
         text = read_text(full)
-        new_text, blocks, errors = refresh(root, doc, text, outputs)
+        try:
+            new_text, blocks, errors = refresh(root, doc, text, outputs, citations)
+        except fingerprint.GitError as e:
+            print(f"sync.py: {e}.", file=sys.stderr)
+            return 1
         problems += errors
         total += len(blocks)
         for _, kind, args, _, _ in blocks:
@@ -1088,6 +1265,9 @@ def main(argv=None):
                 os.makedirs(os.path.dirname(full), exist_ok=True)
                 with open(full, "wb") as f:
                     f.write(content.encode("utf-8"))
+
+    if options.stale:
+        return report_stale(citations)
 
     cache = {}
     for doc, text in texts.items():

@@ -3,14 +3,18 @@
 
 import contextlib
 import io
+import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 import textwrap
 import sys
 import unittest
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import fingerprint  # noqa: E402
 import sync  # noqa: E402
 
 SOURCE = """\
@@ -147,7 +151,15 @@ class SyncTest(unittest.TestCase):
         with open(os.path.join(self.root, path), encoding="utf-8") as f:
             return f.read()
 
-    def run_sync(self, *args):
+    def run_sync(self, *args, fresh=True):
+        """sync.main on the scratch repository. fresh: first give every results folder without a fingerprints.json
+        one of today's code, so that the blocks carry no note on older code (the scratch tree is no git clone)."""
+        results = os.path.join(self.root, "benchmark", "results")
+        for run in sorted(os.listdir(results)) if fresh and os.path.isdir(results) else []:
+            recorded = os.path.join(results, run, "fingerprints.json")
+            if os.path.isdir(os.path.dirname(recorded)) and not os.path.exists(recorded):
+                self.write(f"benchmark/results/{run}/fingerprints.json",
+                           json.dumps(fingerprint.fingerprints(self.root)))
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = sync.main(["--root", self.root, *args])
@@ -431,6 +443,110 @@ class SyncTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("docs/02-two.md: does not link to the previous chapter, docs/01-one.md", report)
 
+
+    # ---------------------------------------------------------------------------------------- freshness of runs
+
+    def test_a_run_of_older_code_needs_its_note(self):
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R1/summary.md rows=05,nginx -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertNotIn("Measured on", self.read("docs/README.md"))
+        # The run measured other code: the check fails until the block says so, and passes once it does.
+        self.write("benchmark/results/R1/fingerprints.json", '{"05-epoll": "0123456789abcdef"}')
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1, report)
+        self.assertIn("docs/README.md:3: stale block", report)
+        self.assertIn("its run measured older code than today's, and the block does not say so yet", report)
+        self.assertEqual(self.run_sync()[0], 0)
+        note = ("> Measured on an earlier version of 05-epoll than the code in this repository; re-measure: "
+                "`./benchmark/benchmark.sh -r 3`.")
+        self.assertIn("- Repetitions: 3 per server and concurrency; medians\n\n" + note + "\n\n| server |",
+                      self.read("docs/README.md"))
+        self.assertEqual(self.run_sync("--check")[0], 0)
+        code, report = self.run_sync("--stale")
+        self.assertEqual(code, 0)
+        self.assertIn("benchmark/results/R1: 05-epoll\n  re-measure: ./benchmark/benchmark.sh -r 3\n"
+                      "  docs/README.md:3 (05-epoll)", report)
+        # A note that no longer holds (the run was re-measured, or the code went back) fails the check too.
+        os.remove(os.path.join(self.root, "benchmark/results/R1/fingerprints.json"))
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1, report)
+        self.assertIn("today's code is what the run measured", report)
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertNotIn("Measured on", self.read("docs/README.md"))
+        self.assertIn("No stale citations", self.run_sync("--stale")[1])
+
+    def test_only_the_servers_a_block_shows_count(self):
+        self.write("03-select/main.cpp", "int main() { return 3; }\n")
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n\n"
+                   "<!-- figure: benchmark/results/R1/plot.svg -->\n")
+        self.write("benchmark/results/R1/fingerprints.json",
+                   json.dumps(dict(fingerprint.fingerprints(self.root), **{"01-blocking-single": "old"})))
+        self.assertEqual(self.run_sync()[0], 0)
+        text = self.read("docs/README.md")
+        self.assertEqual(text.count("Measured on"), 1, text)  # the figure shows 01, which is no longer here
+        self.assertIn("*\n\n> Measured on an earlier version of 01-blocking-single than", text)
+
+    def test_a_run_without_a_usable_commit_counts_as_stale(self):
+        self.write("benchmark/results/R1/summary.md", SUMMARY.replace("abc1234;", "abc1234-dirty;"))
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n")
+        self.assertEqual(self.run_sync(fresh=False)[0], 0)
+        self.assertIn("> Measured on code this repository cannot identify (commit abc1234-dirty: the run measured "
+                      "uncommitted changes), not necessarily today's 05-epoll; re-measure:",
+                      self.read("docs/README.md"))
+
+    @unittest.skipUnless(shutil.which("git"), "needs git")
+    def test_a_run_that_records_only_its_commit_is_read_with_git(self):
+        def git(*args):
+            return subprocess.run(["git", "-C", self.root, "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+        git("init", "-q")
+        git("add", "05-epoll")
+        git("commit", "-q", "-m", "x")
+        self.write("benchmark/results/R1/summary.md", SUMMARY.replace("abc1234", git("rev-parse", "--short", "HEAD")))
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n")
+        self.assertEqual(self.run_sync(fresh=False)[0], 0)
+        self.assertNotIn("Measured on", self.read("docs/README.md"))
+        self.write("05-epoll/main.cpp", SOURCE.replace("{\n", "{  // a comment, and more spaces\n", 1))
+        self.assertEqual(self.run_sync("--check", fresh=False)[0], 0)  # a comment changes no code
+        self.write("05-epoll/main.cpp", SOURCE.replace("step();", "step(1);"))
+        self.assertEqual(self.run_sync("--check", fresh=False)[0], 1)
+        self.assertEqual(self.run_sync(fresh=False)[0], 0)
+        self.assertIn("> Measured on an earlier version of 05-epoll", self.read("docs/README.md"))
+        self.write("benchmark/results/R1/summary.md", SUMMARY.replace("abc1234", "0" * 40))
+        code, report = self.run_sync("--check", fresh=False)
+        self.assertEqual(code, 1)
+        self.assertIn("is not in this repository", report)
+
+    def test_without_git_the_check_says_so_in_one_sentence(self):
+        self.write("docs/README.md", "# C\n\n<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n")
+        path = os.environ.get("PATH", "")
+        os.environ["PATH"] = os.path.join(self.root, "no-such-folder")
+        try:
+            code, report = self.run_sync("--check", fresh=False)
+        finally:
+            os.environ["PATH"] = path
+        self.assertEqual(code, 1)
+        self.assertEqual(report.strip().count("\n"), 0, report)
+        self.assertIn("git is not installed", report)
+
+    def test_fingerprints_ignore_comments_and_whitespace_only(self):
+        before = fingerprint.fingerprints(self.root)["05-epoll"]
+        self.write("05-epoll/main.cpp", "/* a new header */\n" + SOURCE.replace("step();", "step( ) ;  // why"))
+        self.assertEqual(fingerprint.fingerprints(self.root)["05-epoll"], before)
+        self.write("common/net.hpp", "// only a comment\n")
+        changed = fingerprint.fingerprints(self.root)["05-epoll"]
+        self.assertNotEqual(changed, before)  # a new file of common/ is new code for every server
+        self.write("05-epoll/main.cpp", SOURCE.replace("step();", "step(2);"))
+        self.assertNotEqual(fingerprint.fingerprints(self.root)["05-epoll"], changed)
+
+    def test_the_tokenizer_keeps_string_and_character_literals(self):
+        tokens = fingerprint.code_tokens
+        self.assertEqual(tokens('f("http://x y"); // z\nchar c = \'/\'; /* w */ a / b;'),
+                         'f("http://x y");charc=\'/\';a/b;')
+        self.assertNotEqual(tokens('s = "a // b";'), tokens('s = "a";'))
+        self.assertEqual(tokens('s = R"d(x // "y")d"; // z'), 's=R"d(x // "y")d";')
+        self.assertEqual(tokens("n = 1'000'000; // it's"), "n=1'000'000;")
+        self.assertEqual(tokens('c = \'"\'; // "'), "c='\"';")
 
 if __name__ == "__main__":
     unittest.main()
