@@ -35,13 +35,16 @@ void serve(Fd client, OpenConnections& open, const Options& opts) {
   const OpenConnections::Entry entry(open, client.get());  // removed before `client` closes the descriptor
   if (!entry) return;  // the server is stopping
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
-  std::string in;  // bytes received and not yet answered; may hold several pipelined requests
+  std::string in;  // bytes received and not yet read by `reader`: the rest of a request, pipelined ones
+  http::RequestReader reader(opts.max_body);  // where this connection's request stands (common/http.hpp)
   auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
   for (;;) {
-    http::Parse p = http::parse_request(in);
+    http::Parse p = reader.next(in);  // takes the request (head and body) out of `in` as it reads it
     if (p.status == http::Parse::kError)  // answer, then end the connection: nothing can follow a framing error
-      return end_after_response(client.get(), send_whole(client.get(), refuse(p.error)));
-    if (p.status == http::Parse::kIncomplete) {
+      return end_after_response(client.get(), send_whole(client.get(), refuse(opts, p)));
+    if (p.status == http::Parse::kContinue && !send_whole(client.get(), interim_continue()))
+      return reset_connection(client.get());  // the client waits for "100 Continue" before sending its body
+    if (p.status != http::Parse::kComplete) {  // read more
       if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
       long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
       if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
@@ -52,7 +55,6 @@ void serve(Fd client, OpenConnections& open, const Options& opts) {
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
     bool sent = send_whole(client.get(), out);
     if (!sent || !out.keep_alive) return end_after_response(client.get(), sent);  // graceful, or reset if not sent
-    in.erase(0, p.length);  // the next pipelined request, if any, is now at the front
     deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
   }
 }

@@ -73,7 +73,8 @@ struct Conn {
   Fd fd;                          // closed when close_conn() drops the connection from the table
   std::uint64_t generation = 0;   // tells it apart from earlier connections that had the same fd number
   State state = State::kReading;
-  std::string in;                 // bytes received and not yet answered: may hold pipelined requests
+  std::string in;                 // bytes received and not yet read by `reader`: may hold pipelined requests
+  http::RequestReader reader;     // where the request being read stands (common/http.hpp)
   http::Request request;          // WAITING: the request the handler is working on
   Outgoing out;                   // WRITING: the response, how far it has got, and whether to close after it
   Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
@@ -148,6 +149,7 @@ class Loop {
       int fd = client.get();
       Conn& c = conns_[fd];
       c.fd = std::move(client);
+      c.reader = http::RequestReader(opts_.max_body);
       c.generation = ++generations_;
       c.idle_since = Clock::now();
       timers_.add(c.idle_since + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
@@ -187,13 +189,14 @@ class Loop {
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
-      http::Parse p = http::parse_request(c.in);
+      http::Parse p = c.reader.next(c.in);  // takes the request (head and body) out of `in` as it reads it
       if (p.status == http::Parse::kIncomplete) break;  // read more, only now that we need more
-      if (p.status == http::Parse::kError) {
-        start_writing(c, refuse(p.error));  // with Connection: close: after a framing error, nothing can follow
+      if (p.status != http::Parse::kComplete) {
+        // An error, with Connection: close (nothing can follow a framing error); or "100 Continue" for a client that
+        // waits for it before sending its body, and then back to READING.
+        start_writing(c, p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue());
         continue;
       }
-      c.in.erase(0, p.length);  // the request is in p; the next pipelined one, if any, is now at the front
       if (handler_needs_timer(opts_)) {
         c.request = p.request;
         c.state = State::kWaiting;

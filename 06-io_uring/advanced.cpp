@@ -179,11 +179,11 @@ struct Conn {
   State state = State::kFree;
   Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop or a deadline cancels
   int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
-  std::string in;     // bytes received and not yet answered; may hold several pipelined requests
+  std::string in;     // bytes received and not yet read by `reader`: may hold pipelined requests
+  http::RequestReader reader;          // where the request being read stands (common/http.hpp)
   std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
   Clock::time_point since;             // READING: when the wait for this request began; SENDING: the last progress
   http::Request request;               // WAITING: the request the timer runs for
-  std::size_t request_length = 0;      // bytes of `in` to drop once it is answered
   Outgoing out;                        // SENDING: the response (common/response.hpp)
   Lingering lingering;                 // LINGERING: bytes thrown away, and until when (common/closing.hpp)
   bool reset = false;                  // CLOSING: the close sends an RST (End::kReset)
@@ -488,6 +488,7 @@ class Loop {
     Conn& c = *conns_[free_.back()];
     free_.pop_back();
     c.fd = fd;
+    c.reader = http::RequestReader(opts_.max_body);
     c.since = Clock::now();  // the first request must be complete --idle-timeout from now
     ++live_;
     timers_.add(c.since + opts_.idle_timeout, Timer{Timer::kIdle, c.slot, c.generation});
@@ -499,14 +500,13 @@ class Loop {
   // [excerpt:protocol]
   // The connection protocol: answer what is buffered; read more only when it holds no whole request.
   void process(Conn& c) {
-    http::Parse p = http::parse_request(c.in);
+    http::Parse p = c.reader.next(c.in);  // takes the request (head and body) out of `in` as it reads it
     if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
-    if (p.status == http::Parse::kError) {
-      c.out = refuse(p.error);
+    if (p.status != http::Parse::kComplete) {  // an error, or "100 Continue" (then back to reading the body)
+      c.out = p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue();
       return send_more(c);
     }
     c.request = std::move(p.request);
-    c.request_length = p.length;
     if (handler_needs_timer(opts_)) {
       c.state = State::kWaiting;
       io_uring_sqe* sqe = ring_.get_sqe();
@@ -593,7 +593,6 @@ class Loop {
   // The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
   void response_sent(Conn& c) {
     if (!c.out.keep_alive || stopping_) return linger(c);
-    c.in.erase(0, c.request_length);  // the next pipelined request, if any, is now at the front
     c.since = Clock::now();
     process(c);
   }

@@ -195,27 +195,28 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The protocol of every chapter: answer what is buffered; read more only when the next request is incomplete.
   void serve() {
-    http::Parse p = http::parse_request(in_);
+    http::Parse p = reader_.next(in_);  // takes the request (head and body) out of in_ as it reads it
     if (p.status == http::Parse::kIncomplete) {
       if (loop_.stopping) return close();  // a stop closes a connection as soon as it waits for a request
       return read();
     }
-    if (p.status == http::Parse::kError) return send(refuse(p.error), 0);
+    if (p.status == http::Parse::kError) return send(refuse(loop_.opts, p));
+    if (p.status == http::Parse::kContinue) return send(interim_continue());  // then back here, for the body
     state_ = State::kHandling;
     if (!handler_needs_timer(loop_.opts)) {
       run_handler_here(loop_.opts);  // --handler sleep/spin: stalls this loop (or one thread of a pool), on purpose
-      return answer(p.request, p.length);
+      return answer(p.request);
     }
     delay_.expires_after(loop_.opts.delay);
-    delay_.async_wait([self = shared_from_this(), p](const error_code& ec) {
+    delay_.async_wait([self = shared_from_this(), request = std::move(p.request)](const error_code& ec) {
       if (ec || self->state_ != State::kHandling) return;  // reset() came first (the stop's grace ran out)
-      self->answer(p.request, p.length);
+      self->answer(request);
     });
   }
 
-  void answer(http::Request request, std::size_t consumed) {
+  void answer(http::Request request) {
     if (loop_.stopping) request.keep_alive = false;  // say "Connection: close": we close after this response
-    send(respond(loop_.opts, request), consumed);
+    send(respond(loop_.opts, request));
   }
 
   void read() {
@@ -254,14 +255,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // kWriting: the head with asio::async_write, which calls write_some until every byte is sent (short writes are
   // its job), then the file, if any. out_ is a member because its bytes must stay put until the writes complete.
-  void send(Outgoing out, std::size_t consumed) {
+  void send(Outgoing out) {
     state_ = State::kWriting;
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // a head is a few KB: all of it in S seconds, or reset
     out_ = std::move(out);
-    auto on_head_sent = [self = shared_from_this(), consumed](const error_code& ec, std::size_t n) {
+    auto on_head_sent = [self = shared_from_this()](const error_code& ec, std::size_t n) {
       if (ec || self->state_ != State::kWriting) return self->reset();  // (reset() after close() does nothing)
       self->out_.head_sent = n;  // all of it
-      self->send_file(consumed);
+      self->send_file();
     };
     asio::async_write(socket_, asio::buffer(out_.head), on_head_sent);
   }
@@ -272,7 +273,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // our calls on native_handle() must not block (it sets O_NONBLOCK and remembers it); send_some() (response.hpp)
   // sends until the socket is full, with sendfile() from the saved offset; async_wait(wait_write) then waits, as
   // chapter 05 waits for EPOLLOUT. No byte of the file passes through this process.
-  void send_file(std::size_t consumed) {
+  void send_file() {
     if (out_.left > 0 && !socket_.native_non_blocking()) {
       error_code ec;
       socket_.native_non_blocking(true, ec);
@@ -280,22 +281,21 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const off_t before = out_.left;
     switch (send_some(socket_.native_handle(), out_)) {
-      case SendProgress::kDone: return sent(consumed);
+      case SendProgress::kDone: return sent();
       case SendProgress::kFailed: return reset();  // an error, or the file shrank: the promised length cannot be kept
       case SendProgress::kBlocked: break;
     }
     if (out_.left != before) deadline_ = Clock::now() + loop_.opts.idle_timeout;  // progress: the reader reads
-    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this(), consumed](const error_code& ec) {
+    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](const error_code& ec) {
       if (ec || self->state_ != State::kWriting) return self->reset();  // an error (or the deadline, a stop's grace)
-      self->send_file(consumed);
+      self->send_file();
     });
   }
   // [/excerpt:sendfile]
 
-  void sent(std::size_t consumed) {  // the whole response has gone out
+  void sent() {  // the whole response has gone out
     if (!out_.keep_alive || loop_.stopping) return linger();  // the connection's last response
     out_ = Outgoing{};       // closes the file
-    in_.erase(0, consumed);  // the next pipelined request, if any, is now at the front
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // and the next request's deadline counts from now
     serve();
   }
@@ -333,7 +333,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Loop& loop_;
   State state_ = State::kReading;
   Clock::time_point deadline_;           // see watch()
-  std::string in_;                       // received and not yet answered: maybe several pipelined requests
+  std::string in_;                       // received and not yet read by reader_: maybe pipelined requests
+  http::RequestReader reader_{loop_.opts.max_body};  // where the request being read stands (common/http.hpp)
   Outgoing out_;                         // the response being sent
   Lingering lingering_;                  // kLingering: what was thrown away, and until when to wait
   std::array<char, 4096> chunk_;         // one read's bytes; at most 4 KiB, like recv_into() in common/net.hpp

@@ -1,7 +1,8 @@
 // common/options.hpp: the command line, the same for all seven servers.
 //
 //   ./run_server [--host ADDR] [--port N] [--threads N] [--delay-us N] [--handler wait|sleep|spin]
-//                [--idle-timeout S] [--backlog N] [--root DIR] [--help]     (and a server's own flags, if any)
+//                [--idle-timeout S] [--backlog N] [--max-body BYTES] [--root DIR] [--help]
+//                (and a server's own flags, if any)
 //
 // A bad flag or value prints a sentence and the usage to stderr and exits 2; --help prints the usage and exits 0.
 #pragma once
@@ -35,6 +36,7 @@ struct Options {
   Handler handler = Handler::kWait;
   std::chrono::seconds idle_timeout{5};  // the time to send each request head; a reader's time to make progress
   int backlog = 4096;                    // the kernel also caps it at net.core.somaxconn
+  long long max_body = 1024 * 1024;      // the largest request body read (and thrown away); past it, 413
   std::string root;                      // --root DIR: serve the files under DIR; empty: the fixed 1 KB body
   int root_fd = -1;  // an O_PATH descriptor of DIR, opened once by options_or_exit() and never closed; -1: no --root
   std::map<std::string, std::string> extra;  // the server's own flags that were given: name -> value ("" for a switch)
@@ -71,7 +73,7 @@ inline int default_thread_count() {
 inline std::string usage(const Model& model) {
   std::string u = "usage: ./run_server [--host ADDR] [--port N] [--threads N] [--delay-us N]\n"
                   "                    [--handler wait|sleep|spin] [--idle-timeout S] [--backlog N]\n"
-                  "                    [--root DIR]";
+                  "                    [--max-body BYTES] [--root DIR]";
   std::size_t line_start = u.rfind('\n') + 1;
   auto add = [&](const std::string& item) {  // wrap under the first flag, as the lines above do
     if (u.size() - line_start + 1 + item.size() > 110) {
@@ -84,8 +86,8 @@ inline std::string usage(const Model& model) {
     add(std::string("[") + f.name + (f.value_name ? std::string(" ") + f.value_name : "") + "]");
   add("[--help]");
   u += "\n\n";
-  u += std::string(model.name) + ": a small HTTP/1.1 server that answers every GET or HEAD with a 1 KB body (or,\n"
-       "with --root, the file asked for) after a simulated handler that waits --delay-us microseconds.\n\n"
+  u += std::string(model.name) + ": a small HTTP/1.1 server that answers every GET, HEAD or POST with a 1 KB body\n"
+       "(or, with --root, the file asked for) after a simulated handler that waits --delay-us microseconds.\n\n"
        "  --host ADDR         numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
        "  --port N            TCP port, 0 for any free one (default 8080)\n";
   if (model.default_threads > 0)
@@ -98,6 +100,7 @@ inline std::string usage(const Model& model) {
        "  --idle-timeout S    close a connection that takes more than S seconds to send a request, or that\n"
        "                      reads nothing of a response for S seconds (default 5)\n"
        "  --backlog N         listen backlog (default 4096)\n"
+       "  --max-body BYTES    the largest request body accepted, read and thrown away (default 1048576)\n"
        "  --root DIR          serve the files under DIR (GET and HEAD) instead of the fixed 1 KB body\n";
   for (const ExtraFlag& f : model.extra_flags) {
     std::string left = std::string("  ") + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
@@ -143,7 +146,8 @@ inline ParsedOptions parse_options(const std::vector<std::string>& args, const M
       continue;
     }
     bool known = flag == "--host" || flag == "--port" || flag == "--threads" || flag == "--delay-us" ||
-                 flag == "--handler" || flag == "--idle-timeout" || flag == "--backlog" || flag == "--root" ||
+                 flag == "--handler" || flag == "--idle-timeout" || flag == "--backlog" || flag == "--max-body" ||
+                 flag == "--root" ||
                  find_extra_flag(model, flag);
     if (!known) {
       r.error = "unknown option '" + flag + "'";
@@ -177,6 +181,8 @@ inline ParsedOptions parse_options(const std::vector<std::string>& args, const M
       o.idle_timeout = std::chrono::seconds(number(flag, value, 1, 3600));
     } else if (flag == "--backlog") {
       o.backlog = static_cast<int>(number(flag, value, 1, INT_MAX));
+    } else if (flag == "--max-body") {
+      o.max_body = number(flag, value, 0, 1LL << 40);
     } else if (flag == "--root") {
       if (value.empty()) r.error = "--root takes a directory, not ''";
       o.root = value;  // only recorded here; options_or_exit() opens it

@@ -2,7 +2,9 @@
 //
 //   respond(opts, request)   the answer to a well-formed request: the fixed 1 KB body, or with --root the file
 //                            (or 301, 304, 403, 404, 500, 503...), as an Outgoing
-//   refuse(status)           the answer to a request the parser refused (or a 503 at accept): closes after it
+//   refuse(opts, parse)      the answer to a request the parser refused: closes after it
+//   refuse(status)           a refusal before any request was read (503 at accept): closes after it
+//   interim_continue()       "100 Continue", for a client that waits for it before sending its body
 //   send_whole(sock, out)    blocking sockets (01, 02, 04): all of it, or false
 //   send_some(sock, out)     non-blocking sockets (03, 05, 06, 07): what the socket takes now
 //
@@ -54,6 +56,7 @@ inline Outgoing file_error(int status, const http::Request& request, const std::
   out.keep_alive = request.keep_alive && status != 503;
   std::string body = std::to_string(status) + ' ' + http::reason_phrase(status) + '\n';
   std::string fields = location.empty() ? std::string() : "Location: " + location + "\r\n";
+  if (status == 405) fields += "Allow: GET, HEAD\r\n";  // --root: files are only fetched (RFC 9110 15.5.6)
   out.head = http::status_and_headers(status, body.size(), out.keep_alive, "text/plain", fields) + "\r\n";
   if (!request.head_only) out.head += body;
   return out;
@@ -73,6 +76,8 @@ inline Outgoing respond(const Options& opts, const http::Request& request) {
     out.head = http::response(request);
     return out;
   }
+  // A POST's body has been read and thrown away, so the connection stays usable: 405, and it may be kept.
+  if (request.post) return detail::file_error(405, request, "");
   files::Lookup found = files::lookup(opts.root_fd, request.target);
   if (found.status != 200) return detail::file_error(found.status, request, found.location);
   std::string last_modified = "Last-Modified: " + files::format_http_date(found.mtime) + "\r\n";
@@ -91,10 +96,32 @@ inline Outgoing respond(const Options& opts, const http::Request& request) {
   return out;
 }
 
-// A refused request (http::Parse::kError, or a 503 at accept): error text, keep_alive = false.
+// The methods a request may use (RFC 9110 15.5.6: a 405 lists them in Allow): the 1 KB handler takes a POST as it
+// takes a GET; a file can only be fetched.
+inline std::string_view allowed_methods(const Options& opts) {
+  return opts.root_fd < 0 ? "GET, HEAD, POST" : "GET, HEAD";
+}
+
+// A refused request (http::Parse::kError): error text (none after HEAD), keep_alive = false.
+inline Outgoing refuse(const Options& opts, const http::Parse& p) {
+  Outgoing out;
+  out.head = http::error_response(p.error, p.request.head_only, allowed_methods(opts));
+  return out;
+}
+
+// A refusal before any request was read (a 503 at accept): error text, keep_alive = false.
 inline Outgoing refuse(int status) {
   Outgoing out;
   out.head = http::error_response(status);
+  return out;
+}
+
+// The interim response to "Expect: 100-continue" (http::Parse::kContinue). keep_alive: the connection goes on to
+// read the body, and the final response follows.
+inline Outgoing interim_continue() {
+  Outgoing out;
+  out.head = http::kContinueResponse;
+  out.keep_alive = true;
   return out;
 }
 
