@@ -41,10 +41,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,6 +70,7 @@ struct Lookup {
   Fd file;                        // 200: the open regular file (read-only, O_NONBLOCK)
   off_t size = 0;                 // 200: its size when it was opened: the Content-Length
   std::time_t mtime = 0;          // 200: its modification time (seconds): Last-Modified
+  std::string etag;               // 200: entity_tag() of its size and mtime (nanoseconds): ETag
   std::string_view content_type;  // 200: from the file name's extension
   std::string location;           // 301: where the directory is, with its trailing slash: directory_location()
 };
@@ -245,6 +248,171 @@ inline std::optional<std::time_t> parse_http_date(std::string_view text) {
   return t;
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Validators and ranges (RFC 9110 8.8, 13, 14): pure functions of the request's fields and the file's size and
+// mtime, which respond() (response.hpp) applies in the order RFC 9110 13.2.2 gives:
+//
+// [excerpt:preconditions]
+//   1. If-None-Match, when present and well-formed: "*" or a tag that weakly matches ours -> 304 (GET, HEAD).
+//   2. Otherwise If-Modified-Since: the file not modified since that date -> 304. (Step 1 present: ignored.)
+//   3. Range, on GET only (14.2: a server MUST ignore it for a method whose range handling is not defined, and
+//      only GET's is), when If-Range is absent or still names this file: one satisfiable range -> 206, none -> 416.
+//   4. Anything else -> 200, the whole file.
+// [/excerpt:preconditions]
+//
+// The functions never fail: a field they cannot read is ignored, which is always safe, since the client then gets
+// the whole file. (If-Match and If-Unmodified-Since, the preconditions of writers, are not implemented.)
+
+// The ETag of a file: a strong validator (RFC 9110 8.8.3) from its size and its modification time in nanoseconds,
+// both in hex: "\"2f-1665a1b2c3d4e5f6\"". Any write moves the mtime, so the tag changes; the size catches a write
+// that lands within one tick of the file system's clock (the mtime may then stay put, an append's size does not).
+// What it cannot see: a same-size rewrite within one tick, or a file put back with its old mtime (`cp -p`,
+// `rsync -t`, `touch -d`). nginx and Apache derive their tags from the same two facts and live with that; a hash of
+// the content would see everything, at the price of reading every file before its first byte is sent.
+inline std::string entity_tag(off_t size, timespec mtime) {
+  // Unsigned arithmetic: a date before 1970 (negative tv_sec) wraps, and still gives a tag that differs.
+  const std::uint64_t ns = static_cast<std::uint64_t>(mtime.tv_sec) * 1000000000u +
+                           static_cast<std::uint64_t>(mtime.tv_nsec);
+  char text[40];
+  std::snprintf(text, sizeof text, "\"%llx-%llx\"", static_cast<unsigned long long>(size),
+                static_cast<unsigned long long>(ns));
+  return text;
+}
+
+// If-None-Match (RFC 9110 13.1.2): true when `field` names the file whose (strong) tag is `etag`: it is "*", or a
+// list of entity-tags one of which weakly matches (8.8.3.2: the opaque-tags are equal, a "W/" on either side ignored).
+// Then a GET or HEAD gets 304. std::nullopt when the field is absent or is not such a list: it is ignored, and
+// If-Modified-Since decides in its place. The parser joins several If-None-Match lines with ", ".
+//
+// An opaque-tag may hold a comma ("\"a,b\""), so the list is read tag by tag, not split on commas.
+inline std::optional<bool> if_none_match(std::string_view field, std::string_view etag) {
+  const auto ows = [](char c) { return c == ' ' || c == '\t'; };
+  std::size_t i = 0;
+  while (i < field.size() && ows(field[i])) ++i;
+  std::size_t end = field.size();
+  while (end > i && ows(field[end - 1])) --end;
+  field = field.substr(i, end - i);
+  if (field.empty()) return std::nullopt;
+  if (field == "*") return true;  // any current representation: the file exists, so this one
+  bool matched = false;
+  bool any = false;
+  for (i = 0;;) {
+    while (i < field.size() && (ows(field[i]) || field[i] == ',')) ++i;  // 5.6.1: empty elements are allowed
+    if (i == field.size()) break;
+    if (field.compare(i, 2, "W/") == 0) i += 2;  // a weak tag: the weak comparison ignores the flag
+    if (i == field.size() || field[i] != '"') return std::nullopt;
+    std::size_t close = i + 1;
+    // etagc = %x21 / %x23-7E / obs-text: any visible byte but '"', or a byte above 127
+    for (; close < field.size() && field[close] != '"'; ++close) {
+      const auto c = static_cast<unsigned char>(field[close]);
+      if (c < 0x21 || c == 0x7f) return std::nullopt;
+    }
+    if (close == field.size()) return std::nullopt;  // no closing quote
+    matched = matched || field.substr(i, close + 1 - i) == etag;
+    any = true;
+    i = close + 1;
+    while (i < field.size() && ows(field[i])) ++i;
+    if (i < field.size() && field[i] != ',') return std::nullopt;  // two tags without a comma between them
+  }
+  if (!any) return std::nullopt;
+  return matched;
+}
+
+// If-Range (RFC 9110 13.1.5): whether a Range still applies. An entity-tag must strongly match ours (8.8.3.2: both
+// strong and equal; ours is strong, so a "W/" tag never does), an HTTP-date must be exactly Last-Modified. Anything
+// else, including a value that is neither, means the file changed since the client got its first part: it gets
+// the whole file (200), rather than a piece of a new file to append to a piece of the old one. An empty field (none
+// sent) lets the range apply.
+//
+// Exact equality is the simple reading of 13.1.5's date rule; 8.8.2.2 calls a date strong only if the file cannot
+// have changed twice within that second, which a server cannot know. A client that has an ETag sends that instead.
+inline bool if_range_allows(std::string_view field, std::string_view etag, std::time_t mtime) {
+  if (field.empty() || field == etag) return true;
+  const auto date = parse_http_date(field);
+  return date && *date == mtime;
+}
+
+// What a Range field asks of a file of `size` bytes (RFC 9110 14.1.2, 14.2).
+struct Range {
+  enum Kind {
+    kWhole,          // no usable Range: 200 and the whole file
+    kPart,           // 206: `length` bytes from `first`
+    kUnsatisfiable,  // 416, with "Content-Range: bytes */size"
+  };
+  Kind kind = kWhole;
+  off_t first = 0;
+  off_t length = 0;
+};
+
+namespace detail {
+
+// 1*DIGIT, saturating at the largest off_t (a first-pos past every file is merely unsatisfiable; a last-pos or a
+// suffix-length past it means "to the end"). False when `digits` is empty or holds anything else.
+inline bool parse_position(std::string_view digits, off_t& out) {
+  if (digits.empty()) return false;
+  constexpr off_t kMax = std::numeric_limits<off_t>::max();
+  out = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    const int d = c - '0';
+    out = out > (kMax - d) / 10 ? kMax : out * 10 + d;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+// [excerpt:parse-range]
+// Range: bytes=first-last | first- | -suffix (14.1.1), one range only:
+//   "bytes=0-99"   the first 100 bytes      "bytes=100-"  from byte 100 to the end
+//   "bytes=-100"   the last 100 bytes       a last-pos past the end is read as the end
+// Unsatisfiable (416): a first-pos at or past the end (of an empty file too), or a suffix of 0 bytes. Whole file
+// (200) for everything else: no field, a unit other than bytes, a syntax error (last < first, a sign, a space in a
+// number...; 14.2 lets a server ignore the field), several ranges (one 206 of each would need a multipart body;
+// the whole file is an answer 14.2 allows), or a suffix of an empty file (satisfiable by 14.1.1, but no
+// Content-Range can name zero bytes: the whole, empty file is the honest answer).
+inline Range parse_range(std::string_view field, off_t size) {
+  const Range whole;
+  const std::size_t equals = field.find('=');
+  if (equals == std::string_view::npos || !::http::detail::iequals(field.substr(0, equals), "bytes")) return whole;
+  std::string_view spec;  // the one non-empty element of the range-set (5.6.1: empty elements are allowed)
+  for (std::size_t at = equals + 1; at <= field.size();) {
+    const std::size_t comma = std::min(field.find(',', at), field.size());
+    std::string_view element = field.substr(at, comma - at);
+    while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+    while (!element.empty() && (element.back() == ' ' || element.back() == '\t')) element.remove_suffix(1);
+    if (!element.empty()) {
+      if (!spec.empty()) return whole;  // several ranges
+      spec = element;
+    }
+    at = comma + 1;
+  }
+  const std::size_t dash = spec.find('-');
+  if (dash == std::string_view::npos) return whole;
+  off_t first = 0, last = 0;
+  Range r;
+  if (dash == 0) {  // suffix-range: the last N bytes
+    off_t n = 0;
+    if (!detail::parse_position(spec.substr(1), n)) return whole;
+    if (n == 0) return Range{Range::kUnsatisfiable};
+    if (size == 0) return whole;
+    r.length = std::min(n, size);
+    r.first = size - r.length;
+  } else {  // int-range: first-pos "-" [ last-pos ]
+    if (!detail::parse_position(spec.substr(0, dash), first)) return whole;
+    const std::string_view rest = spec.substr(dash + 1);
+    last = std::numeric_limits<off_t>::max();
+    if (!rest.empty() && !detail::parse_position(rest, last)) return whole;
+    if (last < first) return whole;  // 14.1.1: an invalid range-spec
+    if (first >= size) return Range{Range::kUnsatisfiable};
+    r.first = first;
+    r.length = std::min(last, size - 1) - first + 1;
+  }
+  r.kind = Range::kPart;
+  return r;
+}
+// [/excerpt:parse-range]
+
 namespace detail {
 
 // Rule 6: what an errno from opening says to the client.
@@ -345,6 +513,7 @@ inline Lookup lookup(int root_fd, std::string_view target) {
   r.file = std::move(fd);
   r.size = st.st_size;
   r.mtime = st.st_mtime;
+  r.etag = entity_tag(st.st_size, st.st_mtim);
   r.content_type = content_type(name);
   return r;
 }

@@ -1,7 +1,7 @@
 // common/response.hpp: what every server sends, and the two ways to send it.
 //
 //   respond(opts, request)   the answer to a well-formed request: the fixed 1 KB body, or with --root the file
-//                            (or 301, 304, 403, 404, 500, 503...), as an Outgoing
+//                            (or 206, 301, 304, 403, 404, 416, 500, 503...), as an Outgoing
 //   refuse(opts, parse)      the answer to a request the parser refused: closes after it
 //   refuse(status)           a refusal before any request was read (503 at accept): closes after it
 //   interim_continue()       "100 Continue", for a client that waits for it before sending its body
@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 
@@ -51,11 +52,13 @@ namespace detail {
 // A status from files::lookup() other than 200, with a short text body. The framing is sound (the request was
 // well-formed), so the connection stays open if the client asked for that; 503 (out of descriptors) closes it,
 // to free one.
-inline Outgoing file_error(int status, const http::Request& request, const std::string& location) {
+// `fields`: more header lines (416's Content-Range).
+inline Outgoing file_error(int status, const http::Request& request, const std::string& location,
+                           std::string fields = {}) {
   Outgoing out;
   out.keep_alive = request.keep_alive && status != 503;
   std::string body = std::to_string(status) + ' ' + http::reason_phrase(status) + '\n';
-  std::string fields = location.empty() ? std::string() : "Location: " + location + "\r\n";
+  if (!location.empty()) fields += "Location: " + location + "\r\n";
   if (status == 405) fields += "Allow: GET, HEAD\r\n";  // --root: files are only fetched (RFC 9110 15.5.6)
   out.head = http::status_and_headers(status, body.size(), out.keep_alive, "text/plain", fields) + "\r\n";
   if (!request.head_only) out.head += body;
@@ -80,19 +83,45 @@ inline Outgoing respond(const Options& opts, const http::Request& request) {
   if (request.post) return detail::file_error(405, request, "");
   files::Lookup found = files::lookup(opts.root_fd, request.target);
   if (found.status != 200) return detail::file_error(found.status, request, found.location);
-  std::string last_modified = "Last-Modified: " + files::format_http_date(found.mtime) + "\r\n";
-  // RFC 9110 13.1.3: not modified since the date the client has (a date it cannot parse is ignored): 304, and
-  // no body. The client keeps using its copy.
-  if (auto since = files::parse_http_date(request.if_modified_since); since && found.mtime <= *since) {
-    out.head = http::status_and_headers(304, std::nullopt, out.keep_alive, "", last_modified) + "\r\n";
+  // [excerpt:validators]
+  // The validators go out with every answer about the file (200, 206, 304): a cache or a download keeps them and
+  // sends them back, in If-None-Match and If-Modified-Since ("do I still have it?") or If-Range ("is the part I
+  // have still of this file?"). files.hpp says how each is compared.
+  const std::string validators =
+      "ETag: " + found.etag + "\r\nLast-Modified: " + files::format_http_date(found.mtime) + "\r\n";
+  // RFC 9110 13.2.2's order: a usable If-None-Match decides alone, else If-Modified-Since (a date that does not
+  // parse is ignored). Not modified: 304, no body; the client keeps using its copy.
+  const std::optional<bool> listed = files::if_none_match(request.if_none_match, found.etag);
+  const std::optional<std::time_t> since = files::parse_http_date(request.if_modified_since);
+  if (listed ? *listed : since && found.mtime <= *since) {
+    out.head = http::status_and_headers(304, std::nullopt, out.keep_alive, "", validators) + "\r\n";
     return out;
   }
-  out.head = http::status_and_headers(200, static_cast<std::uint64_t>(found.size), out.keep_alive,
-                                      found.content_type, last_modified) + "\r\n";
-  if (!request.head_only && found.size > 0) {
-    out.file = std::move(found.file);
-    out.left = found.size;  // the size we promised in Content-Length, even if the file grows meanwhile
+  // A Range applies to GET only (HEAD's range handling is not defined, so RFC 9110 14.2 says to ignore it: HEAD
+  // gets the 200 head), and only while If-Range, if sent, still names this file.
+  files::Range range;  // kWhole unless set below
+  if (!request.head_only && files::if_range_allows(request.if_range, found.etag, found.mtime))
+    range = files::parse_range(request.range, found.size);
+  if (range.kind == files::Range::kUnsatisfiable)  // 14.1.1: no byte of it exists. Says how many there are.
+    return detail::file_error(416, request, "", "Content-Range: bytes */" + std::to_string(found.size) + "\r\n");
+  int status = 200;
+  std::string fields = "Accept-Ranges: bytes\r\n" + validators;  // "ask for a part, if you like" (14.3)
+  if (range.kind == files::Range::kPart) {
+    status = 206;
+    fields += "Content-Range: bytes " + std::to_string(range.first) + '-' +
+              std::to_string(range.first + range.length - 1) + '/' + std::to_string(found.size) + "\r\n";
+  } else {
+    range.first = 0;
+    range.length = found.size;
   }
+  out.head = http::status_and_headers(status, static_cast<std::uint64_t>(range.length), out.keep_alive,
+                                      found.content_type, fields) + "\r\n";
+  if (!request.head_only && range.length > 0) {
+    out.file = std::move(found.file);
+    out.offset = range.first;  // every sender starts here: sendfile(), 06's splice and its read for send_zc
+    out.left = range.length;   // what Content-Length promised, even if the file grows meanwhile
+  }
+  // [/excerpt:validators]
   return out;
 }
 

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,6 +159,7 @@ TEST_F(Root, ServesARegularFile) {
   struct stat st {};
   ASSERT_EQ(::stat((root_ + "/a.txt").c_str(), &st), 0);
   EXPECT_EQ(r.mtime, st.st_mtime);
+  EXPECT_EQ(r.etag, files::entity_tag(st.st_size, st.st_mtim));
   EXPECT_TRUE(::fcntl(r.file.get(), F_GETFD) & FD_CLOEXEC);
 
   EXPECT_EQ(lookup("/a%20b.txt").status, 200);
@@ -341,6 +344,119 @@ TEST(Files, OnlyAnImfFixdateParses) {
                           "Sun, 06 Nov 1994 08:49:37 GMT ", " Sun, 06 Nov 1994 08:49:37 GMT",
                           "sun, 06 nov 1994 08:49:37 GMT"})
     EXPECT_FALSE(files::parse_http_date(bad).has_value()) << bad;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Validators and ranges.
+
+TEST(Validators, TheEtagIsSizeAndMtimeInNanosecondsInHex) {
+  EXPECT_EQ(files::entity_tag(0, timespec{0, 0}), "\"0-0\"");
+  EXPECT_EQ(files::entity_tag(255, timespec{1, 5}), "\"ff-3b9aca05\"");  // 1 s + 5 ns = 1000000005 ns
+  // 5 GiB, and StaticRoot's date: 64 bits on both sides.
+  EXPECT_EQ(files::entity_tag(off_t{5} << 30, timespec{1614834367, 0}), "\"140000000-16690b4d1020b600\"");
+  // One nanosecond, or one byte, is another tag.
+  EXPECT_NE(files::entity_tag(10, timespec{100, 1}), files::entity_tag(10, timespec{100, 2}));
+  EXPECT_NE(files::entity_tag(10, timespec{100, 1}), files::entity_tag(11, timespec{100, 1}));
+}
+
+TEST(Validators, IfNoneMatchComparesWeakly) {
+  const std::string tag = "\"1f-abc\"";
+  struct Case {
+    const char* field;
+    std::optional<bool> matches;
+  };
+  const Case cases[] = {
+      {"\"1f-abc\"", true},
+      {"W/\"1f-abc\"", true},  // 8.8.3.2: the weak comparison ignores W/
+      {"*", true},
+      {"  *  ", true},
+      {"\"x\", \"1f-abc\"", true},
+      {"\"x\",\"1f-abc\"", true},
+      {"\"x\", , W/\"1f-abc\" ,", true},  // 5.6.1: empty list elements are allowed
+      {"\"x\", \"y\"", false},
+      {"\"1f-ABC\"", false},  // opaque-tags compare byte for byte
+      {"\"1f-abc,\"", false},  // a comma inside a tag is part of it
+      {"\"\"", false},
+      {"", std::nullopt},  // absent
+      {"1f-abc", std::nullopt},  // no quotes: not an entity-tag, the field is ignored
+      {"\"1f-abc", std::nullopt},
+      {"\"a\" \"1f-abc\"", std::nullopt},  // no comma between them
+      {"w/\"1f-abc\"", std::nullopt},  // the weak flag is case-sensitive
+      {"\"a b\"", std::nullopt},  // etagc has no space
+      {"*, \"1f-abc\"", std::nullopt},
+      {", ,", std::nullopt},
+  };
+  for (const Case& k : cases)
+    EXPECT_EQ(files::if_none_match(k.field, tag), k.matches) << "If-None-Match: " << k.field;
+}
+
+TEST(Validators, IfRangeNeedsTheSameStrongTagOrTheExactDate) {
+  const std::string tag = "\"1f-abc\"";
+  const std::time_t mtime = 784111777;  // Sun, 06 Nov 1994 08:49:37 GMT
+  EXPECT_TRUE(files::if_range_allows("", tag, mtime));  // no If-Range
+  EXPECT_TRUE(files::if_range_allows(tag, tag, mtime));
+  EXPECT_TRUE(files::if_range_allows("Sun, 06 Nov 1994 08:49:37 GMT", tag, mtime));
+  for (const char* stale : {"\"1f-abd\"", "W/\"1f-abc\"", "Sun, 06 Nov 1994 08:49:38 GMT",
+                            "Sun, 06 Nov 1994 08:49:36 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "*", "1f-abc"})
+    EXPECT_FALSE(files::if_range_allows(stale, tag, mtime)) << "If-Range: " << stale;
+}
+
+TEST(Ranges, OneRangeInEachForm) {
+  using files::Range;
+  struct Case {
+    const char* field;
+    off_t size;
+    Range::Kind kind;
+    off_t first;
+    off_t length;
+  };
+  constexpr off_t kMax = std::numeric_limits<off_t>::max();
+  const Case cases[] = {
+      {"bytes=0-99", 1000, Range::kPart, 0, 100},
+      {"bytes=0-0", 1000, Range::kPart, 0, 1},
+      {"bytes=999-999", 1000, Range::kPart, 999, 1},
+      {"bytes=100-", 1000, Range::kPart, 100, 900},
+      {"bytes=-100", 1000, Range::kPart, 900, 100},
+      {"bytes=-1", 1000, Range::kPart, 999, 1},
+      {"bytes=-5000", 1000, Range::kPart, 0, 1000},       // a suffix longer than the file: all of it
+      {"bytes=500-5000", 1000, Range::kPart, 500, 500},   // a last-pos past the end: to the end
+      {"bytes=0-99999999999999999999999", 1000, Range::kPart, 0, 1000},  // past off_t: saturates
+      {"BYTES=0-9", 1000, Range::kPart, 0, 10},           // the unit is case-insensitive (14.1)
+      {"bytes= 0-9 ", 1000, Range::kPart, 0, 10},         // OWS around a list element
+      {"bytes=0-9,", 1000, Range::kPart, 0, 10},          // and empty elements (5.6.1)
+      {"bytes=5368709000-", off_t{5} << 30, Range::kPart, 5368709000, 120},  // past 4 GiB
+      {"bytes=1000-", 1000, Range::kUnsatisfiable, 0, 0},  // first-pos at the end
+      {"bytes=999999999-", 1000, Range::kUnsatisfiable, 0, 0},
+      {"bytes=99999999999999999999999-", 1000, Range::kUnsatisfiable, 0, 0},
+      {"bytes=-0", 1000, Range::kUnsatisfiable, 0, 0},     // a suffix of nothing
+      {"bytes=0-", 0, Range::kUnsatisfiable, 0, 0},        // an empty file has no first byte
+      {"bytes=-0", 0, Range::kUnsatisfiable, 0, 0},
+      {"bytes=-10", 0, Range::kWhole, 0, 0},               // satisfiable, but no Content-Range names 0 bytes
+      {"", 1000, Range::kWhole, 0, 0},                     // no Range
+      {"bytes=0-1,5-6", 1000, Range::kWhole, 0, 0},        // several ranges: the whole file (14.2)
+      {"bytes=0-0,-1", 1000, Range::kWhole, 0, 0},
+      {"bytes=10-5", 1000, Range::kWhole, 0, 0},           // last < first: invalid (14.1.1), ignored
+      {"bytes=", 1000, Range::kWhole, 0, 0},
+      {"bytes=-", 1000, Range::kWhole, 0, 0},
+      {"bytes=a-b", 1000, Range::kWhole, 0, 0},
+      {"bytes=+1-2", 1000, Range::kWhole, 0, 0},
+      {"bytes=1 -2", 1000, Range::kWhole, 0, 0},
+      {"bytes=--1", 1000, Range::kWhole, 0, 0},
+      {"bytes=0x10-", 1000, Range::kWhole, 0, 0},
+      {"bytes=1-2-3", 1000, Range::kWhole, 0, 0},
+      {"bytes 0-9", 1000, Range::kWhole, 0, 0},
+      {"items=0-9", 1000, Range::kWhole, 0, 0},            // a unit we do not know (14.2: ignore it)
+      {"bytes=0-9", kMax, Range::kPart, 0, 10},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string("Range: ") + k.field + " of " + std::to_string(k.size) + " bytes");
+    const Range r = files::parse_range(k.field, k.size);
+    EXPECT_EQ(r.kind, k.kind);
+    if (k.kind == Range::kPart) {
+      EXPECT_EQ(r.first, k.first);
+      EXPECT_EQ(r.length, k.length);
+    }
+  }
 }
 
 }  // namespace

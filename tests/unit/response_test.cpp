@@ -136,6 +136,81 @@ TEST_F(Served, NotModifiedSinceIs304) {
   }
 }
 
+// Ranges and validators (files.hpp has the parsing; here, what respond() makes of it). a.txt is "hello".
+TEST_F(Served, ARangeIs206FromItsOffset) {
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/a.txt").c_str(), &st), 0);
+  const std::string etag = files::entity_tag(st.st_size, st.st_mtim);
+  http::Request r = get("/a.txt");
+  EXPECT_TRUE(has(respond(opts_, r).head, "\r\nAccept-Ranges: bytes\r\nETag: " + etag + "\r\n"));
+  r.range = "bytes=1-3";
+  Outgoing part = respond(opts_, r);
+  EXPECT_EQ(part.head.rfind("HTTP/1.1 206 Partial Content\r\n", 0), 0u) << part.head;
+  const std::vector<std::string> fields = {"\r\nContent-Length: 3\r\n", "\r\nContent-Range: bytes 1-3/5\r\n",
+                                           "\r\nETag: " + etag + "\r\n", "\r\nConnection: keep-alive\r\n",
+                                           "\r\nContent-Type: text/plain; charset=utf-8\r\n"};
+  for (const std::string& h : fields)
+    EXPECT_TRUE(has(part.head, h)) << h;
+  EXPECT_TRUE(part.file.valid());
+  EXPECT_EQ(part.offset, 1);
+  EXPECT_EQ(part.left, 3);
+  r.range = "bytes=-2";
+  part = respond(opts_, r);
+  EXPECT_TRUE(has(part.head, "\r\nContent-Range: bytes 3-4/5\r\n")) << part.head;
+  EXPECT_EQ(part.offset, 3);
+  EXPECT_EQ(part.left, 2);
+
+  r.range = "bytes=5-";
+  Outgoing none = respond(opts_, r);
+  EXPECT_EQ(none.head.rfind("HTTP/1.1 416 Range Not Satisfiable\r\n", 0), 0u) << none.head;
+  EXPECT_TRUE(has(none.head, "\r\nContent-Range: bytes */5\r\n"));
+  EXPECT_FALSE(none.file.valid());
+  EXPECT_TRUE(none.keep_alive);
+
+  r.range = "bytes=0-0,2-2";  // several: the whole file
+  EXPECT_EQ(respond(opts_, r).head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  r.range = "bytes=1-3";
+  r.if_range = "\"stale\"";  // the file changed since: the whole file
+  Outgoing whole = respond(opts_, r);
+  EXPECT_EQ(whole.head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_EQ(whole.offset, 0);
+  EXPECT_EQ(whole.left, 5);
+  r.if_range = etag;
+  EXPECT_EQ(respond(opts_, r).head.rfind("HTTP/1.1 206 ", 0), 0u);
+  r.if_range = files::format_http_date(st.st_mtime);
+  EXPECT_EQ(respond(opts_, r).head.rfind("HTTP/1.1 206 ", 0), 0u);
+
+  // HEAD ignores Range (RFC 9110 14.2): the head of the 200, even for an unsatisfiable one.
+  for (const char* range : {"bytes=1-3", "bytes=5-"}) {
+    http::Request head = get("/a.txt", true, true);
+    head.range = range;
+    EXPECT_EQ(without_date(respond(opts_, head).head), without_date(respond(opts_, get("/a.txt")).head)) << range;
+  }
+}
+
+TEST_F(Served, IfNoneMatchIs304AndOverridesIfModifiedSince) {
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/a.txt").c_str(), &st), 0);
+  const std::string etag = files::entity_tag(st.st_size, st.st_mtim);
+  http::Request r = get("/a.txt");
+  r.if_none_match = "\"other\", " + etag;
+  r.range = "bytes=0-0";  // 13.2.2: the 304 comes first
+  Outgoing out = respond(opts_, r);
+  EXPECT_EQ(out.head.rfind("HTTP/1.1 304 Not Modified\r\n", 0), 0u) << out.head;
+  EXPECT_TRUE(has(out.head, "\r\nETag: " + etag + "\r\n"));
+  EXPECT_TRUE(has(out.head, "\r\nLast-Modified: "));
+  EXPECT_FALSE(has(out.head, "Content-Length"));
+  EXPECT_FALSE(out.file.valid());
+  // A tag that does not match wins over a date that would: the file, whole.
+  r.range.clear();
+  r.if_none_match = "\"other\"";
+  r.if_modified_since = files::format_http_date(mtime_);
+  EXPECT_EQ(respond(opts_, r).head.rfind("HTTP/1.1 200 ", 0), 0u);
+  // A field that is not a list of tags is ignored: the date decides.
+  r.if_none_match = "no quotes";
+  EXPECT_EQ(respond(opts_, r).head.rfind("HTTP/1.1 304 ", 0), 0u);
+}
+
 TEST_F(Served, ErrorsKeepTheConnectionWhenAsked) {
   Outgoing out = respond(opts_, get("/missing"));
   EXPECT_EQ(out.head.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u);
