@@ -3,6 +3,8 @@
 
     python3 docs/tools/sync.py            refresh every generated block in place, then check links
     python3 docs/tools/sync.py --check    change nothing; exit 1 and list every problem (the CTest test docs_in_sync)
+    python3 docs/tools/sync.py --stale    change nothing; list every block that quotes a run of older code than
+                                          today's, with the command that measures it again
 
 Generated blocks live between an opening and a closing HTML comment, each alone on its line. Write the opening
 comment, run the script, and it fills in the block (adding the closing comment the first time). Paths are relative
@@ -46,6 +48,21 @@ to the repository root, whichever file the block is in.
 
   <!-- nav -->                                          previous / contents / next links, from the chapter files
   <!-- /nav -->                                         (docs/NN-*.md) and their first heading
+
+  Inline, in a sentence:
+  ... makes <!-- value: benchmark/results/RUN/summary.md rows=01 c=10 col=syscalls/req --><!-- /value --> calls
+                                                        one cell of a run's table (rows=, c=, where=, table= as in
+                                                        results blocks, and they must leave exactly one row), so that
+                                                        a number in the prose is checked like a table
+
+Runs of older code. Every results, figure, chart and value names a run, and the run measured the code of its day.
+fingerprint.py hashes each server's code (its folder and common/, comments and whitespace ignored); a run's
+fingerprints.json records what it measured, and a run without one is fingerprinted from the commit its summary.md
+names (git reads that commit; a `-dirty` commit or none at all is code nobody can identify). When a server that a
+block shows has other code today, the block says so in a generated line after its provenance,
+`> Measured on an earlier version of 05-epoll than the code in this repository; re-measure: `COMMAND``, and a value
+gets a short <sup>(measured on older 05 code)</sup>. The check fails when such a line is missing, wrong,
+or left after a re-measure; --stale lists them all. nginx and other programs that are not ours never go stale.
 
 Markers inside fenced code blocks are text, not markers, so a page can show the syntax.
 
@@ -344,8 +361,9 @@ def by_number(prints):
     return found
 
 
-def stale_note(root, summary, names):
-    """([the note's lines], Stale or None) for a block that shows the servers `names` of the run of `summary`."""
+def stale_servers(root, summary, names):
+    """(the server folders among `names` whose code differs from what the run of `summary` measured, and why the
+    run's code is unknown, or None when it is known)."""
     run = posixpath.dirname(summary.path)
     numbers = []
     for name in names:
@@ -364,8 +382,15 @@ def stale_note(root, summary, names):
             continue  # no such server here, then or now: not ours to judge
         if unknown or now.get(number) != then.get(number):
             stale.append(folder)
+    return stale, unknown
+
+
+def stale_note(root, summary, names):
+    """([the note's lines], Stale or None) for a block that shows the servers `names` of the run of `summary`."""
+    stale, unknown = stale_servers(root, summary, names)
     if not stale:
         return [], None
+    run = posixpath.dirname(summary.path)
     command = refresh_command(summary)
     again = f"; re-measure: `{command}`" if command else ""
     if unknown:
@@ -477,6 +502,43 @@ def render_results(root, doc, args):
     if warnings:
         out += ["", "Warnings the benchmark printed for this run:", ""] + ["- " + w for w in warnings]
     return GeneratedLines(out, stale=stale)
+
+
+def render_value(root, doc, args):
+    """An inline value: one cell of a run's table, and a short note beside it when the run measured older code."""
+    path, options = parse_args("value", args)
+    check_options("value", options, ["table", "rows", "c", "where", "col"])
+    if path is None or not options.get("col"):
+        raise BlockError("value needs a summary.md and col=COLUMN, e.g. <!-- value: benchmark/results/RUN/summary.md "
+                         "rows=01 c=10 col=syscalls/req --><!-- /value -->")
+    summary = Summary(root, path)
+    number = options.get("table") or "1"
+    if not re.fullmatch(r"[1-9][0-9]*", number) or int(number) > len(summary.tables):
+        raise BlockError(f"table={number}: {path} has {len(summary.tables)} table(s)")
+    table = summary.tables[int(number) - 1]
+    header, rows = table.header, table.rows
+    if options["col"] not in header:
+        raise BlockError(f"{path} has no column {options['col']} (it has: {', '.join(header)})")
+    if options.get("rows"):
+        rows = rows_starting_with(path, rows, options["rows"])
+    if options.get("c"):
+        column = next((i for i, h in enumerate(header) if h in ("c", "connections")), None)
+        if column is None:
+            raise BlockError(f"{path} has no `c` or `connections` column to filter on")
+        rows = [r for r in rows if cell_of(r, column) in [v.strip() for v in options["c"].split(",")]]
+    if options.get("where"):
+        rows = rows_where(path, header, table.rows, rows, options["where"])
+    if len(rows) != 1:
+        raise BlockError(f"{len(rows)} rows of {path} match {filters_text(options, ('rows', 'c', 'where'))}: "
+                         f"a value needs exactly one (narrow it with rows=, c= or where=)")
+    text = cell_of(rows[0], header.index(options["col"]))
+    stale, unknown = stale_servers(root, summary, [rows[0][0]])
+    if stale:
+        text += (" <sup>(measured on unidentified code)</sup>" if unknown else
+                 f" <sup>(measured on older {and_list([name[:2] for name in stale])} code)</sup>")
+        command = refresh_command(summary)
+        return GeneratedLines([text], stale=Stale(posixpath.dirname(path), stale, command, text))
+    return GeneratedLines([text])
 
 
 ROW_WARNING_RE = re.compile(r"^(.+?) at (\d+) req/s: ")
@@ -944,6 +1006,29 @@ def read_bytes(path):
         return None
 
 
+VALUE_RE = re.compile(r"<!--\s*value\s*:\s*(.*?)\s*-->(.*?)<!--\s*/value\s*-->")
+
+
+def refresh_values(root, doc, line, number, blocks, errors, citations):
+    """The line with each inline value, <!-- value: ... -->TEXT<!-- /value -->, regenerated; each is recorded in
+    `blocks` like a block."""
+    def one(m):
+        args, old = m.group(1), m.group(2)
+        try:
+            new = render_value(root, doc, args)
+        except BlockError as e:
+            errors.append(f"{doc}:{number}: value: {e}")
+            return m.group(0)
+        status = "ok" if old == new[0] else "stale"
+        why = "" if status == "ok" else f"shows `{old}` where its run now gives `{new[0]}`"
+        blocks.append((number, "value", args, status, why))
+        if new.stale is not None and citations is not None:
+            citations.append((doc, number, new.stale))
+        return m.group(0)[:m.start(2) - m.start(0)] + new[0] + m.group(0)[m.end(2) - m.start(0):]
+    code = [m.span() for m in re.finditer(r"(`+)(?:(?!\1).)+?\1", line)]  # `<!-- value: -->` in code is text
+    return VALUE_RE.sub(lambda m: m.group(0) if any(a <= m.start() < b for a, b in code) else one(m), line)
+
+
 def without_note(lines):
     """A block's lines without its note on the run's older code (and the blank line that sets the note apart)."""
     out = []
@@ -976,6 +1061,11 @@ def refresh(root, doc, text, files=None, citations=None):
             i += 1
             continue
         m = OPEN_RE.match(stripped)
+        if not m and re.match(r"^ {0,3}<!--\s*value\s*:", line):
+            errors.append(f"{doc}:{i + 1}: a line that starts with a value marker starts an HTML block in Markdown, "
+                          f"which hides the rest of the line's formatting: put a word before it")
+        if not m and VALUE_RE.search(line):
+            line = refresh_values(root, doc, line, i + 1, blocks, errors, citations)
         if not m:
             if LOOKS_LIKE_MARKER_RE.match(stripped) and not CLOSE_RE.match(stripped):
                 errors.append(f"{doc}:{i + 1}: malformed marker `{stripped}`")
@@ -1233,7 +1323,7 @@ def main(argv=None):
         problems += errors
         total += len(blocks)
         for _, kind, args, _, _ in blocks:
-            if kind in ("results", "figure", "chart"):
+            if kind in ("results", "figure", "chart", "value"):
                 try:
                     path, block_options = parse_args(kind, args)
                 except BlockError:

@@ -529,6 +529,30 @@ class SyncTest(unittest.TestCase):
         self.assertEqual(report.strip().count("\n"), 0, report)
         self.assertIn("git is not installed", report)
 
+    def test_an_inline_value_reads_its_run_and_says_when_the_code_changed(self):
+        marker = "<!-- value: benchmark/results/R1/summary.md rows=05 c=10 col=req/s -->"
+        self.write("docs/README.md", f"# C\n\n05 makes {marker}6000<!-- /value --> req/s at c = 10.\n")
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/README.md:3: stale block <!-- value: benchmark/results/R1/summary.md rows=05 c=10 "
+                      "col=req/s --> shows `6000` where its run now gives `7000`", report)
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn(f"05 makes {marker}7000<!-- /value --> req/s", self.read("docs/README.md"))
+        self.assertEqual(self.run_sync("--check")[0], 0)
+        self.write("benchmark/results/R1/fingerprints.json", '{"05-epoll": "0123456789abcdef"}')
+        self.assertEqual(self.run_sync("--check")[0], 1)
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn(f"{marker}7000 <sup>(measured on older 05 code)</sup><!-- /value -->",
+                      self.read("docs/README.md"))
+        self.assertIn("docs/README.md:3 (05-epoll)", self.run_sync("--stale")[1])
+        self.write("docs/README.md", "# C\n\n<!-- value: benchmark/results/R1/summary.md c=10 col=req/s -->"
+                                     "<!-- /value -->\n\nIn code: `<!-- value: nowhere.md col=x --><!-- /value -->`.\n")
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("3 rows of benchmark/results/R1/summary.md match c=10: a value needs exactly one", report)
+        self.assertIn("docs/README.md:3: a line that starts with a value marker starts an HTML block", report)
+        self.assertNotIn("nowhere.md", report)
+
     def test_fingerprints_ignore_comments_and_whitespace_only(self):
         before = fingerprint.fingerprints(self.root)["05-epoll"]
         self.write("05-epoll/main.cpp", "/* a new header */\n" + SOURCE.replace("step();", "step( ) ;  // why"))
