@@ -194,52 +194,41 @@ inline int transfer_coding_status(std::string_view list) {
   return others > 0 ? 501 : 0;
 }
 
-// How the body after a head is framed (RFC 9112 6.3), as read from the head.
-struct Framing {
-  bool chunked = false;
-  long long length = 0;          // Content-Length, when not chunked
+// The head of one request, parsed a line at a time as its lines arrive, so that a malformed line is refused as soon
+// as it ends (without waiting for the rest of the head) and no line is looked at twice. What the head says about
+// the request goes to `request`; how its body is framed (RFC 9112 6.3), to the fields below.
+struct Head {
+  Request request;
+  bool chunked = false;          // the body is in the chunked coding
+  long long length = 0;          // else Content-Length (0: no body)
   bool expect_continue = false;  // "Expect: 100-continue" in an HTTP/1.1 request
-};
 
-// Parses a whole head (the request line, the fields and the empty line that ends them). Returns 0 and fills
-// `request` and `framing`, or the error status to answer.
-inline int parse_head(std::string_view data, Request& request, Framing& framing) {
-  std::size_t pos = 0;
-  std::string_view line;
-  auto next_line = [&]() {  // lines end in CRLF; RFC 9112 2.2 lets a server accept a bare LF too
-    std::size_t lf = data.find('\n', pos);
-    if (lf == std::string_view::npos) return false;
-    line = data.substr(pos, lf - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    pos = lf + 1;
-    return true;
-  };
-  next_line();
+  // The request line: method SP target SP version, single spaces, nothing else. Returns 0, or the error status.
+  int request_line(std::string_view line) {
+    std::size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+    if (sp1 == std::string_view::npos || sp1 == sp2) return 400;
+    method_ = line.substr(0, sp1);
+    target_ = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    std::string_view version = line.substr(sp2 + 1);
+    if (!is_token(method_) || target_.empty()) return 400;
+    request.head_only = method_ == "HEAD";  // known from here on, so that even an error answers HEAD without content
+    request.post = method_ == "POST";
+    for (unsigned char c : target_)
+      if (c <= ' ' || c == 0x7f) return 400;
+    if (version.size() != 8 || version.substr(0, 5) != "HTTP/" ||
+        !std::isdigit(static_cast<unsigned char>(version[5])) || version[6] != '.' ||
+        !std::isdigit(static_cast<unsigned char>(version[7])))
+      return 400;
+    // RFC 9110 6.2: a major version is a different protocol (HTTP/2 and 3 have their own framing, 0.9 none): 505.
+    // A higher minor version of HTTP/1 "SHOULD" be processed as the highest one we implement (RFC 9112 2.3 too):
+    // HTTP/1.2 to 1.9 are taken as HTTP/1.1, and the response says HTTP/1.1, the version we conform to.
+    if (version[5] != '1') return 505;
+    http11_ = version[7] != '0';
+    return 0;
+  }
 
-  // The request line: method SP target SP version, single spaces, nothing else.
-  std::size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp1 == sp2) return 400;
-  std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
-                   version = line.substr(sp2 + 1);
-  if (!is_token(method) || target.empty()) return 400;
-  request.head_only = method == "HEAD";  // known from here on, so that even an error answers a HEAD without content
-  request.post = method == "POST";
-  for (unsigned char c : target)
-    if (c <= ' ' || c == 0x7f) return 400;
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !std::isdigit(static_cast<unsigned char>(version[5])) ||
-      version[6] != '.' || !std::isdigit(static_cast<unsigned char>(version[7])))
-    return 400;
-  // RFC 9110 6.2: a major version is a different protocol (HTTP/2 and 3 have their own framing, 0.9 none): 505.
-  // A higher minor version of HTTP/1 "SHOULD" be processed as the highest one we implement (RFC 9112 2.3 too):
-  // HTTP/1.2 to 1.9 are taken as HTTP/1.1, and the response says HTTP/1.1, the version we conform to.
-  if (version[5] != '1') return 505;
-  bool http11 = version[7] != '0';
-
-  // The header fields, up to the empty line that ends the head.
-  int hosts = 0;
-  std::string transfer_codings;
-  bool has_length = false, has_transfer_coding = false, close = false, keep_alive = false;
-  while (next_line() && !line.empty()) {
+  // One header field line. Returns 0, or the error status.
+  int field_line(std::string_view line) {
     // RFC 9112 5.2: obsolete line folding (a line starting with whitespace) is refused with 400.
     if (line.front() == ' ' || line.front() == '\t') return 400;
     std::size_t colon = line.find(':');
@@ -252,23 +241,23 @@ inline int parse_head(std::string_view data, Request& request, Framing& framing)
 
     if (iequals(name, "Host")) {
       if (!is_host(value)) return 400;  // RFC 9112 3.2: an invalid Host value is refused
-      ++hosts;
+      ++hosts_;
     } else if (iequals(name, "Content-Length")) {
       long long n = 0;
-      if (!parse_content_length(value, n) || (has_length && n != framing.length)) return 400;
-      has_length = true;
-      framing.length = n;
+      if (!parse_content_length(value, n) || (has_length_ && n != length)) return 400;
+      has_length_ = true;
+      length = n;
     } else if (iequals(name, "Transfer-Encoding")) {  // several lines are one list (RFC 9110 5.3)
-      transfer_codings += transfer_codings.empty() ? "" : ", ";
-      transfer_codings += value;
-      has_transfer_coding = true;
+      transfer_codings_ += transfer_codings_.empty() ? "" : ", ";
+      transfer_codings_ += value;
+      has_transfer_coding_ = true;
     } else if (iequals(name, "Expect")) {
       // RFC 9110 10.1.1: 100-continue is the only expectation defined; we ignore others (a server MAY).
-      for_each_element(value, [&](std::string_view e) { framing.expect_continue |= iequals(e, "100-continue"); });
+      for_each_element(value, [&](std::string_view e) { expect_continue |= iequals(e, "100-continue"); });
     } else if (iequals(name, "Connection")) {
       for_each_element(value, [&](std::string_view option) {
-        if (iequals(option, "close")) close = true;
-        if (iequals(option, "keep-alive")) keep_alive = true;
+        if (iequals(option, "close")) close_ = true;
+        if (iequals(option, "keep-alive")) keep_alive_ = true;
       });
     } else if (iequals(name, "If-Modified-Since")) {  // checked only when a file is served (files.hpp)
       request.if_modified_since = value;
@@ -280,29 +269,39 @@ inline int parse_head(std::string_view data, Request& request, Framing& framing)
     } else if (iequals(name, "Range")) {
       request.range = value;
     }
+    return 0;
   }
 
-  // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; more than one is refused in any version.
-  if ((http11 && hosts == 0) || hosts > 1) return 400;
-  // RFC 9112 6.1 and 6.3: Transfer-Encoding in HTTP/1.0, or with Content-Length, means a framing we cannot trust
-  // (a proxy in front of us may have read it the other way: request smuggling).
-  if (has_transfer_coding && (!http11 || has_length)) return 400;
-  if (has_transfer_coding) {
-    if (int status = transfer_coding_status(transfer_codings)) return status;
-    framing.chunked = true;
+  // The empty line: what the whole head says. Returns 0, or the error status.
+  int end() {
+    // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; more than one is refused in any version.
+    if ((http11_ && hosts_ == 0) || hosts_ > 1) return 400;
+    // RFC 9112 6.1 and 6.3: Transfer-Encoding in HTTP/1.0, or with Content-Length, means a framing we cannot trust
+    // (a proxy in front of us may have read it the other way: request smuggling).
+    if (has_transfer_coding_ && (!http11_ || has_length_)) return 400;
+    if (has_transfer_coding_) {
+      if (int status = transfer_coding_status(transfer_codings_)) return status;
+      chunked = true;
+    }
+    expect_continue &= http11_;  // RFC 9110 10.1.1: an HTTP/1.0 client cannot understand a 100
+    // RFC 9110 15.5.6: 405 for a method we know but do not allow (error_response() adds the Allow header it MUST
+    // carry); 15.6.2: 501 for one we do not recognise. The method comes before the target's form, because the
+    // form depends on it: "OPTIONS *" and "CONNECT host:443" are well-formed, and refused for their method.
+    if (method_ != "GET" && method_ != "HEAD" && method_ != "POST") return is_known_method(method_) ? 405 : 501;
+    std::optional<std::string> origin = origin_form(target_);
+    if (!origin) return 400;
+    request.target = std::move(*origin);
+    request.keep_alive = http11_ ? !close_ : (keep_alive_ && !close_);
+    return 0;
   }
-  framing.expect_continue &= http11;  // RFC 9110 10.1.1: an HTTP/1.0 client cannot understand a 100
-  // RFC 9110 15.5.6: 405 for a method we know but do not allow (error_response() adds the Allow header it MUST
-  // carry); 15.6.2: 501 for one we do not recognise. The method comes before the target's form, because the form
-  // depends on it: "OPTIONS *" and "CONNECT host:443" are well-formed, and refused for their method. Only here,
-  // after the framing is known: a refusal closes the connection, so its body needs no framing.
-  if (method != "GET" && method != "HEAD" && method != "POST") return is_known_method(method) ? 405 : 501;
-  std::optional<std::string> origin = origin_form(target);
-  if (!origin) return 400;
-  request.target = std::move(*origin);
-  request.keep_alive = http11 ? !close : (keep_alive && !close);
-  return 0;
-}
+
+ private:
+  std::string method_, target_;  // copies: the request line leaves the buffer before the head has ended
+  bool http11_ = false;
+  int hosts_ = 0;
+  std::string transfer_codings_;
+  bool has_length_ = false, has_transfer_coding_ = false, close_ = false, keep_alive_ = false;
+};
 
 }  // namespace detail
 
@@ -338,8 +337,8 @@ class RequestReader {
       if (state_ == State::kHead) return {};  // the head has not ended yet
       // RFC 9110 10.1.1: the client waits for our 100 before sending the body. Not when the body is too large
       // (read_head() has answered 413 at once), nor when some of it has already come.
-      if (framing_.expect_continue && (framing_.chunked || framing_.length > 0) && in.empty()) {
-        framing_.expect_continue = false;
+      if (head_.expect_continue && (head_.chunked || head_.length > 0) && in.empty()) {
+        head_.expect_continue = false;
         Parse p;
         p.status = Parse::kContinue;
         return p;
@@ -353,36 +352,38 @@ class RequestReader {
     if (state_ != State::kHead) return {};  // the body has not ended yet
     Parse p;
     p.status = Parse::kComplete;
-    p.request = std::move(request_);
+    p.request = std::move(head_.request);
     return p;
   }
 
-  // HEAD: looks for the empty line that ends the head in the bytes not looked at yet. When it is there, parses the
-  // head, takes it out of `in`, and moves on to the body's state (or stays in kHead with a request to answer: see
-  // read_body()). Returns an error status, or 0.
+  // HEAD: reads the lines of the head that have ended since the last call, each handed to head_ as it ends. When the
+  // empty line comes, takes the head (and the empty lines before it) out of `in` and moves on to the body's state.
+  // Returns an error status, or 0.
   int read_head(std::string& in) {
     for (; scanned_ < in.size(); ++scanned_, ++scanned_total_) {
       if (in[scanned_] != '\n') continue;
       std::size_t line_end = scanned_ + 1;
-      bool empty_line = line_end - line_start_ <= 2 && (line_end - line_start_ == 1 || in[line_start_] == '\r');
-      if (empty_line && line_start_ == head_start_) {  // RFC 9112 2.2: empty lines before a request are skipped
-        head_start_ = line_start_ = line_end;
+      std::string_view line(in.data() + line_start_, line_end - 1 - line_start_);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // RFC 9112 2.2: a bare LF ends a line too
+      bool first = line_start_ == head_start_;
+      line_start_ = line_end;
+      if (first && line.empty()) {  // RFC 9112 2.2: empty lines before a request are skipped
+        head_start_ = line_end;
         if (head_start_ >= kMaxHead) return 431;
         continue;
       }
-      if (line_start_ == head_start_ && line_end - head_start_ > kMaxHead) return 414;  // RFC 9112 3: URI too long
+      if (first && line_end - head_start_ > kMaxHead) return 414;  // RFC 9112 3: the target is too long
       if (line_end - head_start_ > kMaxHead) return 431;
-      line_start_ = line_end;
-      if (!empty_line) continue;
-      // The head is whole: parse it once, and take it (and the empty lines before it) out of the buffer.
-      ++scanned_total_;
-      std::string_view head(in.data() + head_start_, line_end - head_start_);
-      if (int error = detail::parse_head(head, request_, framing_)) return error;
+      int error = first ? head_.request_line(line) : line.empty() ? head_.end() : head_.field_line(line);
+      if (error) return error;
+      if (!line.empty()) continue;
+      // The head is whole: take it out of the buffer, and read the body it announced (perhaps none).
       in.erase(0, line_end);
       taken_ += line_end;
-      if (!framing_.chunked && framing_.length > max_body_) return 413;  // at once, before any body is sent
-      state_ = framing_.chunked ? State::kChunkSize : State::kBody;
-      body_left_ = framing_.length;
+      ++scanned_total_;
+      if (!head_.chunked && head_.length > max_body_) return 413;  // at once, before any body is sent
+      state_ = head_.chunked ? State::kChunkSize : State::kBody;
+      body_left_ = head_.length;
       return 0;
     }
     // No end yet: refuse as soon as the head can no longer fit, rather than wait for an end that cannot be good.
@@ -467,7 +468,7 @@ class RequestReader {
     Parse p;
     p.status = Parse::kError;
     p.error = status;
-    p.request.head_only = request_.head_only;
+    p.request.head_only = head_.request.head_only;
     return p;
   }
 
@@ -477,8 +478,7 @@ class RequestReader {
   // search for the head's end has looked.
   std::size_t head_start_ = 0, line_start_ = 0, scanned_ = 0, scanned_total_ = 0;
   std::size_t taken_ = 0;  // bytes of this request taken out of the buffer so far
-  Request request_;        // the request whose body is being read
-  detail::Framing framing_;
+  detail::Head head_;      // the request being read, and its body's framing
   long long body_left_ = 0;      // kBody, kChunkData: bytes still to throw away
   long long body_total_ = 0;     // chunked: the bytes of all chunks so far, against max_body_
   std::size_t trailer_bytes_ = 0;  // kTrailers: bounded like a head
