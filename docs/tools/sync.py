@@ -444,7 +444,7 @@ def filters_text(options, keys):
                     for k in keys if options.get(k))
 
 
-def render_results(root, doc, args):
+def render_results(root, doc, args, run_above=None):
     path, options = parse_args("results", args)
     check_options("results", options, ["table", "rows", "c", "where", "columns", "brief"])
     if path is None:
@@ -485,7 +485,7 @@ def render_results(root, doc, args):
     note, stale = stale_note(root, summary, [r[0] for r in rows])
     out = []
     if "brief" in options:
-        out += ["*" + summary.sentence(doc, root) + "*", ""]
+        out += ["*" + (same_run_sentence(path, run_above) or summary.sentence(doc, root)) + "*", ""]
     else:
         link = f"[`{path}`]({rel_link(doc, path, root)})"
         out += [f"*{summary.title}, from {link}:*", ""]
@@ -589,7 +589,7 @@ def run_summary(root, path):
     return Summary(root, os.path.join(os.path.dirname(path), "summary.md").replace(os.sep, "/"))
 
 
-def render_figure(root, doc, args):
+def render_figure(root, doc, args, run_above=None):
     path, options = parse_args("figure", args)
     check_options("figure", options, ["alt"])
     if path is None:
@@ -599,7 +599,8 @@ def render_figure(root, doc, args):
     summary = run_summary(root, path)
     alt = options.get("alt") or f"{summary.title}: requests per second and p99 latency against concurrency"
     note, stale = stale_note(root, summary, [r[0] for table in summary.tables for r in table.rows])
-    return GeneratedLines([f"![{alt}]({rel_link(doc, path, root)})", "", "*" + summary.sentence(doc, root) + "*"] +
+    provenance = same_run_sentence(path, run_above) or summary.sentence(doc, root)
+    return GeneratedLines([f"![{alt}]({rel_link(doc, path, root)})", "", "*" + provenance + "*"] +
                           ([""] + note if note else []), stale=stale)
 
 
@@ -847,9 +848,16 @@ def repo_output_path(kind, text):
     return path
 
 
+def same_run_sentence(path, run_above):
+    """run_above: (results folder, "table" / "figure" / "chart") of the block directly above, or None. A block of
+    the same run says so in a few words instead of repeating the provenance sentence the reader has just read."""
+    if run_above and run_above[0] == posixpath.dirname(path):
+        return f"The same run as the {run_above[1]} above."
+    return ""
+
+
 def render_chart(root, doc, args, run_above=None):
-    """run_above: the results folder of a block directly above this one (nothing but blank lines between), whose
-    provenance the reader has just read: the chart then says so in a few words instead of repeating it."""
+    """run_above: see same_run_sentence."""
     path, options = parse_args("chart", args)
     check_options("chart", options, ["y", "rows", "where", "group", "out", "alt"])
     if path is None:
@@ -931,9 +939,8 @@ def render_chart(root, doc, args, run_above=None):
     svg = chart_svg(title, heading, caption, servers, groups,
                     header[group_column] if group_column is not None else None, bars, "; ".join(points) + ".",
                     not_run)
-    same_run = run_above == posixpath.dirname(path)
     summary = run_summary(root, path)
-    provenance = "The same run as the table above." if same_run else summary.sentence(doc, root)
+    provenance = same_run_sentence(path, run_above) or summary.sentence(doc, root)
     note, stale = stale_note(root, summary, servers)
     lines = [f"![{title}]({rel_link(doc, out_path, root)})", "", "*" + provenance + "*"] + ([""] + note if note else [])
     return GeneratedLines(lines, {out_path: svg}, stale=stale)
@@ -1049,7 +1056,7 @@ def refresh(root, doc, text, files=None, citations=None):
     lines = text.split("\n")
     out, blocks, errors = [], [], []
     i, in_fence = 0, None
-    run_above = None  # the results folder of the block just above, while only blank lines follow it
+    run_above = None  # (results folder, what) of the block just above, while only blank lines follow it
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
@@ -1089,7 +1096,8 @@ def refresh(root, doc, text, files=None, citations=None):
                 break
         old = lines[i + 1:end] if end is not None else None
         try:
-            new = render_chart(root, doc, args, run_above) if kind == "chart" else RENDERERS[kind](root, doc, args)
+            new = RENDERERS[kind](root, doc, args, run_above) if kind in ("results", "figure", "chart") else \
+                RENDERERS[kind](root, doc, args)
         except BlockError as e:
             errors.append(f"{doc}:{i + 1}: {kind} block: {e}")
             new = old if old is not None else []
@@ -1118,7 +1126,7 @@ def refresh(root, doc, text, files=None, citations=None):
             source = parse_args(kind, args)[0] if kind in ("results", "figure", "chart") else None
         except BlockError:
             source = None  # already reported by the renderer
-        run_above = posixpath.dirname(source) if source else None
+        run_above = (posixpath.dirname(source), {"results": "table"}.get(kind, kind)) if source else None
         out.append(line)
         out.extend(new)
         out.append(close)

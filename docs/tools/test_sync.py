@@ -202,6 +202,16 @@ class SyncTest(unittest.TestCase):
         self.assertNotIn("05-epoll |", text)
         self.assertIn("- the CPUs are busy", text)
 
+    def test_a_block_below_one_of_the_same_run_does_not_repeat_its_provenance(self):
+        self.write("docs/README.md", "# C\n\n<!-- figure: benchmark/results/R1/plot.svg -->\n\n"
+                   "<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n\nText.\n\n"
+                   "<!-- results: benchmark/results/R1/summary.md rows=01 brief -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        text = self.read("docs/README.md")
+        self.assertIn("<!-- results: benchmark/results/R1/summary.md rows=05 brief -->\n"
+                      "*The same run as the figure above.*", text)
+        self.assertEqual(text.count("*Source: measured by"), 2, text)  # the figure's, and the block after the text
+
     def test_results_brief_columns_and_figure(self):
         self.write("docs/README.md",
                    "# C\n\n<!-- results: benchmark/results/R1/summary.md brief columns=\"server,req/s\" -->\n\n"
