@@ -1,0 +1,150 @@
+"""--mode latency: a steady offered load, open loop, at rates around each server's capacity, and the latency
+percentiles at each (timed from each request's intended send time: see openloop.cpp).
+
+One pass over one server: start it, warm it up, measure its capacity with ab (first repetition, unless --rates),
+then offer each rate for --duration, in increasing order, with a second's rest between them for the backlog of an
+overload to drain.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import sample, tools
+from .environment import client_binary
+from .measure import Target, begin_pass, check_run, url, warm_up
+from .servers import Server
+from .session import BODY_BYTES, CsvTable, Session, no_commas, ratio, read
+
+# Offered loads, as fractions of the capacity ab measures, when --rates gives none: from light load, through the
+# knee, to overload, where the queue (and the corrected latency) grows for as long as the run lasts.
+FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
+SCHEMA = ("server", "rate", "repetition", "requests_per_s", "load_pct", "p50_ms", "p90_ms", "p99_ms", "p999_ms",
+          "max_ms", "mean_ms", "u_p99_ms", "u_p999_ms", "complete", "failed", "non2xx", "cpu_us_per_req",
+          "gen_lag_p99_ms", "check")
+# The columns openloop's line gives, by name in raw.csv and in that line.
+FROM_OPENLOOP = {"requests_per_s": "achieved_rps", "p50_ms": "p50_ms", "p90_ms": "p90_ms", "p99_ms": "p99_ms",
+                 "p999_ms": "p999_ms", "max_ms": "max_ms", "mean_ms": "mean_ms", "u_p99_ms": "u_p99_ms",
+                 "u_p999_ms": "u_p999_ms", "gen_lag_p99_ms": "gen_lag_p99_ms"}
+
+
+def offered_rates(rps: str, rates: list[int]) -> list[int]:
+    """--rates, lowest first (the knee is read in order), or the FRACTIONS of the capacity, rounded to 10 req/s."""
+    if rates:
+        return sorted(rates)
+    return [max(10, int(float(rps) * fraction / 10 + 0.5) * 10) for fraction in FRACTIONS]
+
+
+class Latency:
+    def __init__(self, session: Session, raw_csv: str):
+        self.session, o = session, session.options
+        self.table = CsvTable(raw_csv, SCHEMA)
+        self.rates_of: dict[str, list[int]] = {}   # measured in the first repetition, kept for the others
+        self.capacity_of: dict[str, int] = {}
+        self.rate_count = len(o.rates) or len(FRACTIONS)
+        self.progress = 0
+        self.total = len(o.servers) * self.rate_count * int(o.repeat)
+
+    def run(self) -> None:
+        for rep in range(1, int(self.session.options.repeat) + 1):
+            for spec in self.session.options.servers:
+                self.latency_server(spec, rep)
+
+    def latency_server(self, spec: str, rep: int) -> None:
+        s, o = self.session, self.session.options
+        c = o.concurrencies[0]
+        pass_ = begin_pass(s, spec, rep)
+        with Server(s, spec) as server:
+            if server.started:
+                s.say(f"  {server.command} on port {server.port} (pid {' '.join(map(str, server.pids))})")
+                warm_up(s, server, spec, Target(), pass_)
+                if spec not in self.rates_of:
+                    self.measure_capacity(server, spec, c, pass_)
+            if not server.started or spec not in self.rates_of:
+                # (A capacity run that failed has said so in its own failed check.)
+                if not server.started:
+                    s.fail_check(f"{spec} {server.problem or 'did not start'}")
+                why = "no capacity: its ab run failed" if server.started else server.problem or "did not start"
+                for rate in self.rates_of.get(spec) or o.rates or ["n/a"]:
+                    self.table.add({**{name: "n/a" for name in SCHEMA}, "server": spec, "rate": rate,
+                                    "repetition": rep, "check": "FAILED: " + no_commas(why)})
+                self.progress += self.rate_count
+                return
+            for rate in self.rates_of[spec]:
+                self.progress += 1
+                s.say(f"[{self.progress}/{self.total}] {spec} at {rate} req/s{pass_.label}")
+                self.latency_run(server, spec, rate, rep, c, pass_)
+                if not server.alive():
+                    s.error(f"  {spec} died; skipping its remaining rates in this pass")
+                    break
+                time.sleep(1)
+
+    def measure_capacity(self, server: Server, spec: str, c: int, pass_) -> None:
+        """What ab, closed loop, gets from the server with C connections (a new one per request, or -k); sets
+        the server's rates."""
+        s, o = self.session, self.session.options
+        command = tools.ab_command(url(server, Target()), c, int(o.requests), o.keepalive)
+        s.say(f"  capacity: {' '.join(command)}")
+        s.log_header(f"{spec} capacity", " ".join(command), server.command, pass_.pinned)
+        out = s.path("run.out")
+        status = tools.run_client(60 + int(o.requests) // 50, [*pass_.client_prefix, *command], out)
+        s.append_file_to_log(out)
+        output = read(out)
+        record = tools.Record(command, status, output, tools.parse("ab", output))
+        check = check_run(s, server, "ab", f"{spec} capacity", record, o.requests, Target())
+        rps = record.figures["rps"]
+        if check != "ok" or rps == "n/a":
+            return
+        self.capacity_of[spec] = int(rps.split(".")[0])
+        self.rates_of[spec] = offered_rates(rps, o.rates)
+        s.say(f"  capacity {self.capacity_of[spec]} req/s; offered loads: "
+              f"{' '.join(map(str, self.rates_of[spec]))} req/s")
+
+    def latency_run(self, server: Server, spec: str, rate: int, rep: int, c: int, pass_) -> None:
+        """One rate: openloop for --duration, the server's CPU read from /proc around it; a row of raw.csv."""
+        s, o = self.session, self.session.options
+        binary = client_binary(s, "openloop")
+        out, err = s.path("run.out"), s.path("run.err")
+        command = [binary, "--port", str(server.port), "--rate", str(rate), "--duration", str(o.duration_s),
+                   "--connections", str(c), "--expect-length", str(BODY_BYTES),
+                   *([] if o.keepalive else ["--new-conn"])]
+        s.say("  " + " ".join(word.rsplit("/", 1)[-1] for word in command))
+        s.log_header(f"{spec} rate={rate} run {rep}/{o.repeat}", " ".join(command), server.command, pass_.pinned)
+        cpu_before = sample.cpu_ticks(server.pids)
+        record = tools.openloop(binary, server.port, rate, o.duration_s, c, o.keepalive, pass_.client_prefix, out,
+                                err, BODY_BYTES)
+        cpu_after = sample.cpu_ticks(server.pids)
+        s.append_file_to_log(out, err)
+        r, problems = record.figures, []
+        # Past its capacity a server may time out, drop or refuse requests (04 answers 503 when its queue is full):
+        # that is what this mode shows, counted in the failures column, not a failed check. A refusal at or below
+        # the capacity is one, as are a wrong body, a dead server and a generator that failed.
+        if record.status != 0 or not r.get("completed"):
+            problems.append(f"openloop failed (status {record.status}): {read(err).split(chr(10), 1)[0]}")
+        else:
+            if int(r["bad_status"]) > 0 and rate <= self.capacity_of.get(spec, 0):
+                problems.append(f"{r['bad_status']} answers were not 200, at or below the capacity")
+            if int(r["bad_length"]) != 0:
+                problems.append(f"{r['bad_length']} answers had a body other than {BODY_BYTES} bytes")
+            if int(r["fell_behind"]):
+                s.warn(f"{spec} at {rate} req/s: openloop fell behind its schedule (its own lag p99 "
+                       f"{r['gen_lag_p99_ms']} ms; on a CPU {r['gen_cpu_pct']} % of the run, waiting for one "
+                       f"{r['gen_wait_pct']} %): the latencies there include the generator's lateness")
+            s.say(f"  achieved {r['achieved_rps']} req/s; latency from the intended send time p50 {r['p50_ms']} "
+                  f"p99 {r['p99_ms']} p99.9 {r['p999_ms']} max {r['max_ms']} ms; from the actual send p99 "
+                  f"{r['u_p99_ms']} ms; {r['errors']} errors, {r['timeouts']} timeouts")
+        if not server.alive():
+            problems.append("the server died")
+        for problem in problems:
+            s.fail_check(f"{spec} at {rate} req/s: {problem}")
+        row = {name: r.get(key) or "n/a" for name, key in FROM_OPENLOOP.items()}
+        row.update(server=spec, rate=rate, repetition=rep, load_pct="n/a", failed="n/a", cpu_us_per_req="n/a",
+                   complete=r.get("completed") or "0", non2xx=r.get("bad_status") or "0",
+                   check="FAILED: " + ";".join(no_commas(p) for p in problems) if problems else "ok")
+        if r.get("completed"):
+            row["failed"] = int(r["scheduled"]) - int(r["completed"])  # errors, timeouts, unsent; refused: non2xx
+            row["cpu_us_per_req"] = ratio((cpu_after - cpu_before) * 1000000 // sample.TICKS_PER_S, r["completed"],
+                                          "%.1f")
+        if spec in self.capacity_of:
+            row["load_pct"] = ratio(rate * 100, self.capacity_of[spec], "%.0f")
+        self.table.add(row)

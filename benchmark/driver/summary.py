@@ -1,0 +1,193 @@
+"""The end of a run: summary.csv (the median of the repetitions), summary.md (what ran, where, and the tables),
+the plot, and fingerprints.json (what code each server was built from, when docs/tools/fingerprint.py exists).
+
+The arithmetic and the formats are analyse.py's (tested byte for byte against committed runs); this module says
+which of its tables each mode shows, and writes the page around them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+
+from .session import BODY_BYTES, FILES, Session, command_output, have, which
+from .tools import analyse
+
+CONN_PROBES = 100     # --mode connections: new clients timed one after another beside the held connections
+IDLE_WINDOW_S = 5     # --mode connections: how long the server's CPU time is watched while the connections idle
+
+
+@dataclass
+class Context:
+    """What the page says about the run beyond the options."""
+    start_time: str
+    command_line: str
+    machine: dict[str, str]
+    busy: int
+    start_load: str
+    results_dir: str
+
+
+def summarize(raw_csv: str, summary_csv: str) -> None:
+    """raw.csv -> summary.csv: the columns before `repetition` are the row's key; the median of the others."""
+    analyse.write_text(summary_csv, "".join(f"{line}\n" for line in analyse.summarize(analyse.read_lines(raw_csv))))
+
+
+def table(kind: str, csv_path: str, tool: str = "ab") -> list[str]:
+    return analyse.markdown_table(analyse.table_columns(kind, tool), analyse.read_lines(csv_path))
+
+
+def tables(session: Session, results_dir: str) -> list[str]:
+    """Each mode's tables (its columns: a list in analyse.py's TABLES)."""
+    o = session.options
+    summary_csv, raw_csv = (os.path.join(results_dir, name) for name in ("summary.csv", "raw.csv"))
+    if o.mode == "throughput":
+        return table("throughput", summary_csv, o.tool)  # with wrk, "connections" for c
+    if o.mode == "files":
+        return table("files", summary_csv)
+    if o.mode == "idle":
+        return table("idle", summary_csv)
+    if o.mode == "latency":
+        return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_lines(summary_csv),
+                                                                   float(o.p99_target))]
+    # connections: from raw.csv, one run per row; then the slabs of the rows whose kernel memory was measured.
+    lines = analyse.read_lines(raw_csv)
+    column = lines[0].split(",").index("slabs")
+    measured = [lines[0]] + [line for line in lines[1:]
+                             if len(line.split(",")) > column and line.split(",")[column] not in ("", "n/a")]
+    return [*table("connections", raw_csv), "",
+            *analyse.markdown_table(analyse.table_columns("slabs"), measured)]
+
+
+def load_description(session: Session) -> str:
+    o = session.options
+    if o.mode == "connections":
+        return ("idle_conns --hold: N idle keep-alive connections (each answered once), from as many holder processes "
+                "as the descriptor limit needs, 16 source addresses (127.1.K.x) each; then "
+                f"{CONN_PROBES} new clients timed one after another, the kernel's memory read (kernel_memory.py), and "
+                f"the server's CPU time over {IDLE_WINDOW_S} s idle")
+    if o.mode == "idle":
+        return (f"ab, {o.requests} requests per run, -c {' '.join(map(str, o.concurrencies))}, a new connection per "
+                "request and keep-alive (-k), beside N idle keep-alive connections that idle_conns --hold opened "
+                "first (each answered once, then silent)")
+    if o.mode == "latency":
+        c = o.concurrencies[0]
+        how, k = (f"keep-alive on {c} connections", " -k") if o.keepalive else (
+            f"a new connection per request, at most {c} at once", "")
+        return (f"openloop, {o.duration_s} s per offered rate, {how}; requests sent on a fixed schedule, latency "
+                "measured from each one's intended send time (the closed-loop view: from its actual send); capacity "
+                f"measured first with ab -n {o.requests} -c {c}{k}; knee: the highest rate whose p99 stays under "
+                f"{o.p99_target} ms")
+    if o.tool == "wrk":
+        return f"wrk, {o.duration} per run, keep-alive, {o.wrk_threads} client thread(s), --latency"
+    return (f"ab, {o.requests} requests per run, "
+            f"{'keep-alive (-k)' if o.keepalive else 'a new connection per request'}")
+
+
+def nginx_version() -> str:
+    result = subprocess.run([which("nginx"), "-v"], capture_output=True, text=True, check=False)
+    return (result.stdout + result.stderr).strip().split("nginx/")[-1]
+
+
+def header(session: Session, context: Context) -> list[str]:
+    o, m = session.options, context.machine
+    counted_by = "perf stat -p" if session.perf_state == "ok" else session.perf_state
+    if o.mode == "latency":
+        counted_by = "not counted in this mode"
+    threads = f" --threads {o.threads}" if o.threads else ""
+    virt = f", {m['virt']} VM" if m["virt"] else ""
+    lines = [f"# Benchmark: {o.mode}, {context.start_time} to {time.strftime('%H:%M:%S %Z')}", "",
+             f"- Machine: {session.cpu_model}, {session.cpus} CPUs, {m['memory']}{virt}; {m['os']}",
+             f"- Kernel: {session.kernel}",
+             f"- Commit: {session.commit}; servers built in {o.build_dir} ({session.build_type})",
+             f"- Command: `{context.command_line}`",
+             f"- Load: {load_description(session)}"]
+    if o.mode == "files":
+        files = ", ".join(f"{name} ({size} bytes)" for name, size in FILES)
+        lines.append(f"- Files: {files}, in one folder made for the run; before its runs, each server's answer for "
+                     "each file (and for /, its index.html) is fetched once with curl and compared with cmp, and "
+                     "every run checks the bytes wrk read")
+    if o.mode != "connections":
+        if o.mode == "latency":
+            lines.append(f"- Repetitions: {o.repeat} per server and offered rate, each a whole pass over the servers "
+                         "at the same rates; the tables give the median of each column")
+        else:
+            per = {"files": "file and connection count", "idle": "idle count, keep-alive and concurrency"}.get(
+                o.mode, "concurrency")
+            lines.append(f"- Repetitions: {o.repeat} per server and {per}; the table gives the median of each "
+                         "column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by "
+                         "nginx's in the same run")
+        pinning = "single-threaded servers on CPU 0, client on CPU 1" if o.pin else "off"
+        lines.append(f"- Server flags: {'--root DIR ' if o.mode == 'files' else ''}--delay-us {o.delay_us} --handler "
+                     f"{o.handler}{threads}{' --idle-timeout 600' if o.mode == 'idle' else ''}; pinning: {pinning}")
+        lines.append("- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads "
+                     f"included), context switches and syscalls: {counted_by}")
+    else:
+        lines.append(f"- Server flags: --delay-us {o.delay_us} --handler {o.handler}{threads} --idle-timeout 600")
+    if ":" in " ".join(o.servers):
+        lines.append("- Variants: a row named SERVER:--flag=value ran with `--flag value` added after the flags above")
+    if o.reference and o.mode == "files":
+        lines.append(f"- Reference: nginx {nginx_version()} serving the same folder, sendfile on, tcp_nopush on, "
+                     f"worker_processes {o.nginx_workers}, access_log off")
+    elif o.reference:
+        lines.append(f"- Reference: nginx {nginx_version()} serving a {BODY_BYTES}-byte file, worker_processes "
+                     f"{o.nginx_workers}, access_log off")
+    wrk = ""
+    if o.tool == "wrk":
+        wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
+    lines.append(f"- Tools: ab {m['ab_version']}{wrk}")
+    lines.append(f"- Before the run: CPUs {context.busy} % busy, load average {context.start_load}")
+    if session.failures:
+        lines.append(f"- **Checks: {session.failures} failed** (see the check column and {session.log_file})")
+    else:
+        lines.append("- Checks: all passed")
+    return lines
+
+
+def write_summary(session: Session, context: Context) -> None:
+    lines = [*header(session, context), "", *tables(session, context.results_dir), ""]
+    if session.warnings:
+        lines += ["Warnings:", *(f"- {warning}" for warning in session.warnings), ""]
+    lines.append(f"Columns are explained in benchmark/README.md. Full outputs: {session.log_file}.")
+    analyse.write_text(os.path.join(context.results_dir, "summary.md"), "".join(f"{line}\n" for line in lines))
+
+
+def plot_results(session: Session, results_dir: str, title: str) -> None:
+    """The plot (SVG and PNG, by gnuplot, drawn by analyse.py); each problem it reports becomes a warning."""
+    o = session.options
+    if not have("gnuplot"):
+        return
+    summary_csv = os.path.join(results_dir, "summary.csv")
+    try:
+        if o.mode == "connections":
+            problems = analyse.plot_memory(summary_csv, results_dir, title)
+        elif o.mode in analyse.PANELS:
+            problems = analyse.plot_panels(summary_csv, results_dir, o.mode, title, float(o.p99_target))
+        else:
+            problems = analyse.plot(summary_csv, results_dir, title,
+                                    "connections" if o.tool == "wrk" else "concurrency")
+    except (OSError, ValueError) as error:
+        problems = [f"analyse.py plot: {error}"]
+    for problem in problems:
+        session.warn(problem)
+
+
+FINGERPRINT = "docs/tools/fingerprint.py"
+
+
+def write_fingerprints(session: Session, results_dir: str) -> None:
+    """fingerprints.json beside the results: a fingerprint of each server's code (docs/tools/fingerprint.py
+    --json), so that a page quoting this run can tell when the code it measured has changed since. Nothing when
+    the script is not there (an older checkout); a note when it fails (the results stand without it)."""
+    script = os.path.join(session.repo, FINGERPRINT)
+    if not os.path.isfile(script):
+        return
+    result = subprocess.run(["python3", script, "--json", "--root", session.repo], cwd=session.repo,
+                            capture_output=True, check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        session.error(f"(no fingerprints.json: {FINGERPRINT} --json exited with status {result.returncode})")
+        return
+    with open(os.path.join(results_dir, "fingerprints.json"), "wb") as file:
+        file.write(result.stdout)

@@ -1,0 +1,152 @@
+"""The load tools, ab, wrk, openloop and idle_conns: each run is one function that returns a record (its exact
+command, its exit status, its raw output for the log, and the figures read from it).
+
+Every client runs under `timeout`, which puts it in a process group of its own and passes a SIGTERM on to all of
+it (perf, taskset, ab): stopping that one PID stops the whole chain, and on Ctrl-C run_client does so before it
+lets the interruption go on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import analyse  # noqa: E402  (benchmark/analyse.py: the parsers, tested against recorded outputs)
+
+from .session import PERF_EVENTS, read  # noqa: E402
+
+SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WRK_DONE = os.path.join(SCRIPT_DIR, "wrk_done.lua")
+
+
+@dataclass
+class Record:
+    """One run of a load tool: what ran, how it ended, what it printed, and what that says."""
+    command: list[str]
+    status: int = 0
+    output: str = ""
+    figures: dict[str, str] = field(default_factory=dict)
+
+
+def run_client(seconds: int, command: list[str], out: str, err: str | None = None) -> int:
+    """Runs COMMAND under timeout, its output into OUT (and its errors into ERR, or OUT too); its exit status
+    (124 or 137 when it ran past SECONDS)."""
+    with open(out, "wb") as stdout, open(err or os.devnull, "wb") as stderr:
+        process = subprocess.Popen(["timeout", "--kill-after=5", str(seconds), *command], stdout=stdout,
+                                   stderr=stdout if err is None else stderr, stdin=subprocess.DEVNULL)
+        try:
+            return process.wait()
+        except BaseException:  # Ctrl-C, SIGTERM: stop the client before leaving
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+            raise
+
+
+def ab_command(url: str, concurrency: int, requests: int, keepalive: bool) -> list[str]:
+    return ["ab", "-q", "-r", "-n", str(requests), "-c", str(concurrency), *(["-k"] if keepalive else []), url]
+
+
+def wrk_command(url: str, connections: int, threads: int, duration: str, timeout: str = "") -> list[str]:
+    """wrk_done.lua prints wrk's exact counters on one line when the run is over, for parse_wrk."""
+    return ["wrk", "-t", str(min(threads, connections)), "-c", str(connections), "-d", duration, "--latency",
+            "-s", WRK_DONE, *(["--timeout", timeout] if timeout else []), url]
+
+
+def parse(tool: str, output: str, percentiles: str = "") -> dict[str, str]:
+    """The PARSED_FIELDS of analyse.py from a tool's output (ab: and its -e percentile file)."""
+    return analyse.parse_ab(output, percentiles) if tool == "ab" else analyse.parse_wrk(output)
+
+
+def load(tool: str, command: list[str], seconds: int, out: str, prefix: list[str], perf: list[str],
+         percentiles: str) -> Record:
+    """One measured run of ab or wrk (COMMAND as the console and the log show it): run with the client's
+    PREFIX (taskset) and under PERF (perf stat -p ...), ab with -e PERCENTILES."""
+    wrapped = [*prefix, *command]
+    if tool == "ab":
+        # -e: the same percentiles as ab's table, which prints whole milliseconds, with decimals.
+        wrapped = [*prefix, "ab", "-e", percentiles, *command[1:]]
+    status = run_client(seconds, [*perf, *wrapped], out)
+    output = read(out)
+    return Record(command, status, output, parse(tool, output, read(percentiles) if tool == "ab" else ""))
+
+
+def perf_wrap(pids: list[int], perf_txt: str) -> list[str]:
+    """With -p, perf counts only the server (and the threads it creates), for as long as the client runs."""
+    return ["perf", "stat", "-x", ",", "-e", PERF_EVENTS, "-p", ",".join(map(str, pids)), "-o", perf_txt, "--"]
+
+
+def key_values(line: str) -> dict[str, str]:
+    """`a=1 b=2` -> {"a": "1", "b": "2"} (the lines openloop and idle_conns print)."""
+    return {word.split("=", 1)[0]: word.split("=", 1)[1] for word in line.split() if "=" in word}
+
+
+def openloop(binary: str, port: int, rate: int, seconds: int, connections: int, keepalive: bool, prefix: list[str],
+             out: str, err: str, expect_length: int) -> Record:
+    """One offered rate through openloop: its last line's figures (completed, p99_ms, ...; none when it failed)."""
+    command = [binary, "--port", str(port), "--rate", str(rate), "--duration", str(seconds), "--connections",
+               str(connections), "--expect-length", str(expect_length), *([] if keepalive else ["--new-conn"])]
+    status = run_client(seconds + 60, [*prefix, *command], out, err)
+    output = read(out)
+    lines = output.rstrip("\n").split("\n")
+    return Record(command, status, output + read(err), key_values(lines[-1] if lines else ""))
+
+
+class IdleHolder:
+    """idle_conns --hold: N idle keep-alive connections held against the server until release() (a SIGTERM: it
+    releases them with resets), and the figures of its `holding ...` line and of its final line."""
+
+    def __init__(self, binary: str, port: int, server_pid: int, n: int, probes: int, out: str, err: str,
+                 prefix: list[str] | None = None):
+        self.n, self.out, self.err = n, out, err
+        self.command = [*(prefix or []), binary, "--port", str(port), "--connections", str(n), "--pid",
+                        str(server_pid), "--probes", str(probes), "--hold"]
+        self.process: subprocess.Popen | None = None
+        self.held: dict[str, str] = {}    # the holding line's figures
+        self.final: dict[str, str] = {}   # the last line's figures, once released
+
+    def hold(self) -> bool:
+        """Starts it and waits for its `holding ...` line (False when it never came: it could not run)."""
+        if os.path.exists(self.out):
+            os.unlink(self.out)  # the loop below must not read an earlier holder's line
+        with open(self.out, "wb") as stdout, open(self.err, "wb") as stderr:
+            self.process = subprocess.Popen(self.command, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120 + self.n // 1000
+        line = ""
+        while time.monotonic() < deadline and self.process.poll() is None:
+            line = read(self.out).split("\n", 1)[0]
+            if line.startswith("holding"):
+                break
+            time.sleep(0.1)
+        if not line.startswith("holding"):
+            line = read(self.out).split("\n", 1)[0]
+        if not line.startswith("holding"):
+            return False
+        self.held = key_values(line[len("holding "):])
+        return True
+
+    def release(self) -> bool:
+        """SIGTERM, then SIGKILL past a deadline (a million resets take a while); False when it was not running."""
+        if self.process is None:
+            return False
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30 + self.n // 20000)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        lines = read(self.out).rstrip("\n").split("\n")
+        self.final = key_values(lines[-1]) if lines else {}
+        return True
+
+    def __enter__(self) -> "IdleHolder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None:
+            self.release()
