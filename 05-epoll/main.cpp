@@ -66,7 +66,8 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //   what the client still sends is read and thrown away until its FIN, so a close with unread bytes never sends
 //   an RST that would destroy the response before the client has read it. A deadline of its own bounds it.
 //   Not handled here: the disk. Opening a file and reading it (in sendfile) block the loop while the disk works;
-//   readiness says nothing about regular files, which always count as ready. Chapter 06 makes that I/O asynchronous.
+//   readiness says nothing about regular files, which always count as ready. 06 does the same (an open and a
+//   sendfile() in its loop); only advanced.cpp --splice moves the reads to kernel workers (the open stays).
 enum class State { kReading, kWaiting, kWriting, kLingering };
 
 struct Conn {
