@@ -80,9 +80,9 @@ const std::vector<BadSample>& bad_samples() {
   static const std::vector<BadSample> samples = {
       {"GARBAGE\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\n\r\n", 400},
-      {"POST / HTTP/1.1\r\nHost: h\r\n\r\n", 405},
-      {"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", 413},
-      {"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
+      {"PUT / HTTP/1.1\r\nHost: h\r\n\r\n", 405},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n", 413},
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
       {"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505},
       {"GET / HTTP/1.1\r\nHost: h\r\nX : y\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n", 400},
