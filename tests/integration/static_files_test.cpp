@@ -946,6 +946,250 @@ TEST_P(StaticFiles, LookupsLeakNoDescriptors) {
   expect_fds_back_to(baseline);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Ranges and validators (RFC 9110 8.8.3, 13.1, 14): what lets a browser seek in a video, `curl -C -` resume a
+// download, and a cache ask "do I still have it?". In the general profile a server may ignore Range (RFC 9110 14.2:
+// MAY), so the whole file (200) answers any range there; what no profile allows is a 206 with other bytes than it
+// names, a part of a file the client no longer has (If-Range), or the file again for a tag the client holds.
+
+// A 206 of bytes [first, first + length) of `f`, its Content-Range saying so; in the general profile also the
+// whole file.
+::testing::AssertionResult is_part(const HttpResponse& r, const ServedFile& f, std::size_t first, std::size_t length) {
+  if (general_server_rules() && r.status == 200) return is_file(r, f);
+  if (r.status != 206) return ::testing::AssertionFailure() << "status " << r.status_line << ", want 206:\n" << r.head_text();
+  const std::string range = "bytes " + std::to_string(first) + "-" + std::to_string(first + length - 1) + "/" +
+                            std::to_string(f.body.size());
+  if (r.header("Content-Range").value_or("") != range || r.header("Content-Length") != std::to_string(length))
+    return ::testing::AssertionFailure() << "want Content-Range: " << range << " and Content-Length: " << length
+                                         << ":\n" << r.head_text();
+  if (!is_content_type(r.header("Content-Type").value_or(""), f.content_type))
+    return ::testing::AssertionFailure() << "Content-Type, want " << f.content_type << ":\n" << r.head_text();
+  if (r.body != f.body.substr(first, length))
+    return ::testing::AssertionFailure() << "body " << Client::preview(r.body) << ", want "
+                                         << Client::preview(f.body.substr(first, length));
+  return ::testing::AssertionSuccess();
+}
+
+// A 304 for `f` that carries the ETag the 200 had (RFC 9110 15.4.5), no body, and no Content-Length but the 200's
+// (8.6: a 304 MAY send it; this repository does not).
+::testing::AssertionResult is_not_modified(const HttpResponse& r, const ServedFile& f, const std::string& etag) {
+  if (r.status != 304) return ::testing::AssertionFailure() << "status " << r.status_line << ", want 304:\n" << r.head_text();
+  const std::string length = std::to_string(f.body.size());
+  if (r.header("ETag").value_or("") != etag || !r.body.empty() ||
+      r.header("Content-Length").value_or(general_server_rules() ? length : "") != (general_server_rules() ? length : ""))
+    return ::testing::AssertionFailure() << "want ETag: " << etag << ", no body and no Content-Length:\n"
+                                         << r.head_text();
+  return ::testing::AssertionSuccess();
+}
+
+std::string range_field(const std::string& spec) { return "Range: " + spec + "\r\n"; }
+
+// One range of each form (RFC 9110 14.1.2) gets 206 with exactly those bytes; one past the end gets 416 with
+// "Content-Range: bytes */LENGTH" (14.4, 15.5.17) and the connection stays usable; several ranges get the whole
+// file here (14.2 allows it; the general profile also takes a multipart/byteranges 206, 15.3.7.2); HEAD ignores
+// Range (14.2: range handling is defined for GET only), so it gets the 200's head (the general profile also takes
+// a 206 head: 9.3.2). One connection, whose framing the last request checks.
+TEST_P(StaticFiles, SingleRangesAre206AndUnsatisfiableAre416) {
+  if (!launch_static()) return;
+  const bool general = general_server_rules();
+  const ServedFile& notes = static_root().file("/notes.txt");
+  const std::size_t size = notes.body.size();
+  ASSERT_GT(size, 200u);
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  struct Part {
+    std::string spec;
+    std::size_t first, length;
+  };
+  const Part parts[] = {{"bytes=0-99", 0, 100},        {"bytes=-100", size - 100, 100}, {"bytes=100-", 100, size - 100},
+                        {"bytes=10-10", 10, 1},        {"bytes=200-999999", 200, size - 200}};
+  for (const Part& k : parts) {
+    SCOPED_TRACE("Range: " + k.spec);
+    const auto r = ask_or_reconnect(c, get("/notes.txt", range_field(k.spec)));
+    ASSERT_TRUE(r) << c.error();
+    EXPECT_TRUE(is_part(*r, notes, k.first, k.length));
+  }
+  const auto none = ask_or_reconnect(c, get("/notes.txt", range_field("bytes=999999999-")));
+  ASSERT_TRUE(none) << c.error();
+  if (general && none->status == 200) {
+    EXPECT_TRUE(is_file(*none, notes));
+  } else {
+    EXPECT_EQ(none->status, 416) << none->head_text();
+    EXPECT_EQ(none->header("Content-Range").value_or(""), "bytes */" + std::to_string(size)) << none->head_text();
+    if (!general) {
+      EXPECT_EQ(lower(none->header("Connection").value_or("")), "keep-alive");
+    }
+  }
+  const auto several = ask_or_reconnect(c, get("/notes.txt", range_field("bytes=0-9,20-29")));
+  ASSERT_TRUE(several) << c.error();
+  if (general && several->status == 206) {
+    EXPECT_EQ(media_type(several->header("Content-Type").value_or("")), "multipart/byteranges") << several->head_text();
+  } else {
+    EXPECT_TRUE(is_file(*several, notes));
+  }
+  const auto head = ask_or_reconnect(c, request("HEAD", "/notes.txt", "HTTP/1.1", range_field("bytes=0-99")), true);
+  ASSERT_TRUE(head) << c.error();
+  if (general && head->status == 206) {
+    EXPECT_EQ(head->header("Content-Range").value_or(""), "bytes 0-99/" + std::to_string(size)) << head->head_text();
+  } else {
+    EXPECT_TRUE(is_file(*head, notes, /*head=*/true));
+  }
+  const auto last = ask_or_reconnect(c, get("/notes.txt"));
+  ASSERT_TRUE(last) << c.error();
+  EXPECT_TRUE(is_file(*last, notes));
+  if (!general) {
+    EXPECT_EQ(last->header("Accept-Ranges").value_or(""), "bytes") << last->head_text();  // 14.3: a MAY elsewhere
+  }
+  EXPECT_EQ(c.buffered(), "");
+}
+
+// A range deep in big.bin, compared with the bytes on disk (sendfile() from an offset; in 06's variants a splice
+// or a read at that offset), and the last bytes of the 5 GiB sparse.bin (an offset past 4 GiB: 64 bits all the way).
+TEST_P(StaticFiles, RangesDeepInLargeFilesAreByteExact) {
+  if (!launch_static()) return;
+  constexpr std::uint64_t kFirst = 40 * kMiB + 12345, kLength = kMiB + 7;
+  std::string want(kLength, '\0');
+  const Fd big(::open((static_root().dir() + "/big.bin").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_EQ(::pread(big.get(), want.data(), kLength, kFirst), static_cast<ssize_t>(kLength)) << errno_text(errno);
+  const std::string spec = "bytes=" + std::to_string(kFirst) + "-" + std::to_string(kFirst + kLength - 1);
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string close = "Connection: close\r\n";  // 01 serves one connection at a time
+  ASSERT_TRUE(c.send(get("/big.bin", range_field(spec) + close), deadline_in(kIoTimeout))) << c.error();
+  Download d(std::move(c), false);
+  ASSERT_TRUE(d.finish(deadline_in(30s))) << d.error();
+  if (!general_server_rules() || d.response().status != 200) {  // 200: the whole file, hashed (14.2: MAY ignore)
+    EXPECT_EQ(d.response().status, 206) << d.response().head_text();
+    EXPECT_EQ(d.response().header("Content-Range").value_or(""),
+              "bytes " + std::to_string(kFirst) + "-" + std::to_string(kFirst + kLength - 1) + "/" +
+                  std::to_string(StaticRoot::kBigSize));
+    EXPECT_EQ(d.length(), kLength);
+    EXPECT_EQ(d.hash(), fnv1a(want)) << "not the bytes of big.bin at " << kFirst;
+  } else {
+    EXPECT_EQ(d.hash(), static_root().big_hash());
+  }
+
+  // The last 120 bytes of the 5 GiB file, as a suffix. Only the head is waited for first: a server that ignores
+  // the range (the general profile) would send all 5 GiB, and the check stops there.
+  Client s = connect();
+  ASSERT_TRUE(s.ok()) << s.error();
+  ASSERT_TRUE(s.send(get("/sparse.bin", range_field("bytes=-120") + close), deadline_in(kIoTimeout))) << s.error();
+  Download tail(std::move(s), false, Download::Digest::zeros);
+  const Deadline deadline = deadline_in(kIoTimeout);
+  while (tail.state() == Download::State::head) {
+    pollfd p{tail.client().fd(), POLLIN, 0};
+    if (::poll(&p, 1, poll_timeout_ms(deadline)) == 0) break;
+    tail.on_readable(0);
+  }
+  ASSERT_EQ(tail.state() == Download::State::head ? "no head in time" : tail.error(), "");
+  if (general_server_rules() && tail.response().status == 200) return;
+  EXPECT_EQ(tail.response().status, 206) << tail.response().head_text();
+  EXPECT_EQ(tail.response().header("Content-Range").value_or(""),
+            "bytes " + std::to_string(StaticRoot::kSparseSize - 120) + "-" + std::to_string(StaticRoot::kSparseSize - 1) +
+                "/" + std::to_string(StaticRoot::kSparseSize));
+  ASSERT_TRUE(tail.finish(deadline_in(kIoTimeout))) << tail.error();
+  EXPECT_EQ(tail.received(), 120u);
+  EXPECT_EQ(tail.nonzero_bytes(), 0u);
+}
+
+// ETag (RFC 9110 8.8.3) and If-None-Match (13.1.2): the file's own tag back gets 304 with that ETag (15.4.5), for
+// GET and HEAD, in a list, weak ("W/": If-None-Match compares weakly), or as "*"; another tag gets the file. If a
+// tag is sent, If-Modified-Since is not looked at (13.1.3: a recipient MUST ignore it; 13.2.2's order), either way;
+// and a 304 comes before any Range (13.2.2, 14.2). In the general profile a server that sends no ETag skips this.
+TEST_P(StaticFiles, IfNoneMatchWithTheETagIs304) {
+  if (!launch_static()) return;
+  const ServedFile& notes = static_root().file("/notes.txt");
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  const auto first = ask_or_reconnect(c, get("/notes.txt"));
+  ASSERT_TRUE(first) << c.error();
+  ASSERT_TRUE(is_file(*first, notes));
+  if (!first->header("ETag")) {
+    if (general_server_rules()) GTEST_SKIP() << "no ETag: nothing for If-None-Match to name (RFC 9110 8.8.3: SHOULD)";
+    FAIL() << "no ETag:\n" << first->head_text();
+  }
+  const std::string etag = *first->header("ETag");
+  const bool weak = etag.rfind("W/", 0) == 0;
+  if (!general_server_rules()) {
+    EXPECT_FALSE(weak) << "a file's ETag is strong here: " << etag;
+  }
+  const std::string ims_now = "If-Modified-Since: " + std::string(StaticRoot::kLastModified) + "\r\n";
+  const std::string ims_old = "If-Modified-Since: Mon, 01 Jan 1990 00:00:00 GMT\r\n";
+  struct Case {
+    const char* method;
+    std::string fields;
+    int status;
+  };
+  const Case cases[] = {
+      {"GET", "If-None-Match: " + etag + "\r\n", 304},
+      {"HEAD", "If-None-Match: " + etag + "\r\n", 304},
+      {"GET", "If-None-Match: \"another\", " + etag + "\r\n", 304},
+      {"GET", "If-None-Match: " + (weak ? etag : "W/" + etag) + "\r\n", 304},
+      {"GET", "If-None-Match: *\r\n", 304},
+      {"GET", "If-None-Match: \"another\"\r\n", 200},
+      {"GET", "If-None-Match: " + etag + "\r\n" + ims_old, 304},        // the date says modified: not looked at
+      {"GET", "If-None-Match: \"another\"\r\n" + ims_now, 200},         // the date says not modified: not looked at
+      {"GET", "If-None-Match: " + etag + "\r\n" + range_field("bytes=0-9"), 304},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.method) + " with " + k.fields);
+    const bool head = std::string_view(k.method) == "HEAD";
+    const auto r = ask_or_reconnect(c, request(k.method, "/notes.txt", "HTTP/1.1", k.fields), head);
+    ASSERT_TRUE(r) << c.error();
+    if (k.status == 304) {
+      EXPECT_TRUE(is_not_modified(*r, notes, etag));
+    } else {
+      EXPECT_TRUE(is_file(*r, notes, head));
+      EXPECT_EQ(r->header("ETag").value_or(""), etag);
+    }
+  }
+  const auto last = ask_or_reconnect(c, get("/notes.txt"));
+  ASSERT_TRUE(last) << c.error();
+  EXPECT_TRUE(is_file(*last, notes));
+  EXPECT_EQ(c.buffered(), "");
+}
+
+// If-Range (RFC 9110 13.1.5): a Range applies only while the validator the client holds is the file's: its ETag
+// (strong comparison: a "W/" tag never matches) or its exact Last-Modified gets the part; another tag or another
+// date gets the whole file, 200, never a part of the new file to append to a part of the old one (MUST ignore the
+// Range). In the general profile the matching ones may get the whole file too (ranges are a MAY, and a server may
+// hold a date too weak to trust, 8.8.2.2), and a server without ETags is sent only the dates.
+TEST_P(StaticFiles, IfRangeWithAStaleValidatorGetsTheWholeFile) {
+  if (!launch_static()) return;
+  const ServedFile& notes = static_root().file("/notes.txt");
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  const auto first = ask_or_reconnect(c, get("/notes.txt"));
+  ASSERT_TRUE(first) << c.error();
+  ASSERT_TRUE(is_file(*first, notes));
+  const std::optional<std::string> etag = first->header("ETag");
+  if (!general_server_rules()) {
+    ASSERT_TRUE(etag) << first->head_text();
+  }
+  struct Case {
+    std::string validator;
+    bool part;
+  };
+  std::vector<Case> cases = {{StaticRoot::kLastModified, true},
+                             {"Thu, 04 Mar 2021 05:06:06 GMT", false},  // a second earlier
+                             {"Fri, 05 Mar 2021 05:06:07 GMT", false},  // later: not the date the client had
+                             {"\"stale-tag\"", false}};
+  if (etag && etag->rfind("W/", 0) != 0) {
+    cases.push_back({*etag, true});
+    cases.push_back({"W/" + *etag, false});
+  }
+  for (const Case& k : cases) {
+    SCOPED_TRACE("If-Range: " + k.validator);
+    const auto r = ask_or_reconnect(c, get("/notes.txt", "If-Range: " + k.validator + "\r\n" + range_field("bytes=0-99")));
+    ASSERT_TRUE(r) << c.error();
+    EXPECT_TRUE(k.part ? is_part(*r, notes, 0, 100) : is_file(*r, notes));
+  }
+  const auto last = ask_or_reconnect(c, get("/notes.txt"));
+  ASSERT_TRUE(last) << c.error();
+  EXPECT_TRUE(is_file(*last, notes));
+  EXPECT_EQ(c.buffered(), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(AllServers, StaticFiles, ::testing::ValuesIn(all_servers()), ServerName());
 
 // ---------------------------------------------------------------------------------------------------------------
