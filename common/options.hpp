@@ -1,7 +1,7 @@
 // common/options.hpp: the command line, the same for all seven servers.
 //
 //   ./run_server [--host ADDR] [--port N] [--threads N] [--delay-us N] [--handler wait|sleep|spin]
-//                [--idle-timeout S] [--backlog N] [--max-body BYTES] [--root DIR] [--help]
+//                [--idle-timeout T] [--backlog N] [--max-body BYTES] [--root DIR] [--help]
 //                (and a server's own flags, if any)
 //
 // A bad flag or value prints a sentence and the usage to stderr and exits 2; --help prints the usage and exits 0.
@@ -72,7 +72,7 @@ inline int default_thread_count() {
 
 inline std::string usage(const Model& model) {
   std::string u = "usage: ./run_server [--host ADDR] [--port N] [--threads N] [--delay-us N]\n"
-                  "                    [--handler wait|sleep|spin] [--idle-timeout S] [--backlog N]\n"
+                  "                    [--handler wait|sleep|spin] [--idle-timeout T] [--backlog N]\n"
                   "                    [--max-body BYTES] [--root DIR]";
   std::size_t line_start = u.rfind('\n') + 1;
   auto add = [&](const std::string& item) {  // wrap under the first flag, as the lines above do
@@ -97,11 +97,11 @@ inline std::string usage(const Model& model) {
   u += "  --delay-us N        simulated handler time per request in microseconds (default 1000)\n"
        "  --handler MODE      wait (default): wait without blocking other clients; sleep: block the thread\n"
        "                      that runs the handler; spin: burn the time as CPU\n"
-       "  --idle-timeout S    close a connection that takes more than S seconds to send a request, or that\n"
-       "                      reads nothing of a response for S seconds (default 5)\n"
+       "  --idle-timeout T    close a connection that takes more than T seconds to send a request, or that\n"
+       "                      reads nothing of a response for T seconds (default 5)\n"
        "  --backlog N         listen backlog (default 4096)\n"
        "  --max-body BYTES    the largest request body accepted, read and thrown away (default 1048576)\n"
-       "  --root DIR          serve the files under DIR (GET and HEAD) instead of the fixed 1 KB body\n";
+       "  --root DIR          serve the files under DIR (GET and HEAD; POST gets 405) instead of the 1 KB body\n";
   for (const ExtraFlag& f : model.extra_flags) {
     std::string left = std::string("  ") + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
     left.resize(std::max<std::size_t>(left.size() + 1, 22), ' ');  // the help column, as above
