@@ -1,0 +1,387 @@
+"""Unit tests of the benchmark driver (benchmark/driver/): python3 -m unittest -v test_driver, from benchmark/.
+
+Cheap (a few seconds, no load tool, no real server): the options and every refusal, each mode's schema against the
+columns the committed runs have, the CSV writing byte for byte, the clients' outputs recorded in testdata/, the
+host's settings put back after a failure (against a fake /proc/sys), and a server that ignores SIGTERM stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from driver import connections, idle, latency, main, options, summary, sweep, tools  # noqa: E402
+from driver.host import Host, HostError  # noqa: E402
+from driver.servers import Server, server_flags, variant_flags  # noqa: E402
+from driver.session import CsvTable, Session, ratio  # noqa: E402
+
+TESTDATA = os.path.join(HERE, "testdata")
+RESULTS = os.path.join(HERE, "results")
+
+
+def no_target(build_dir: str, name: str) -> str:
+    return ""
+
+
+def parse(*argv: str, env: dict[str, str] | None = None, build_dir: str = "/nonexistent") -> options.Options:
+    environ = {"PSP_BUILD_DIR": build_dir, **(env or {})}
+    return options.parse(list(argv), environ, "/repo", "/repo/benchmark", no_target)
+
+
+class OptionsTest(unittest.TestCase):
+    def test_defaults_by_mode(self):
+        o = parse()
+        self.assertEqual((o.mode, o.tool, o.concurrencies, o.requests, o.delay_us, o.duration_s),
+                         ("throughput", "ab", [1, 10, 100, 500], "10000", "1000", 10))
+        self.assertEqual(o.servers, [*options.ALL_SERVERS, "nginx"])
+        o = parse("--mode", "files")
+        self.assertEqual((o.tool, o.concurrencies, o.delay_us, o.keepalive), ("wrk", [100, 1000], "0", True))
+        self.assertEqual(o.servers, ["03-select", "05-epoll", "06-io_uring", "07-asio", "nginx"])
+        o = parse("--mode", "idle", "--no-reference")
+        self.assertEqual((o.concurrencies, o.idle_counts), ([10], [0, 1000, 5000, 10000]))
+        self.assertEqual(len(o.servers), 6)
+        o = parse("--mode", "latency", "05")
+        self.assertEqual((o.concurrencies, o.duration_s, o.servers), ([100], 5, ["05-epoll", "nginx"]))
+
+    def test_environment_then_command_line(self):
+        o = parse("-n", "300", env={"PSP_REQUESTS": "200", "PSP_CONCURRENCY": "2,3", "PSP_KEEPALIVE": "1",
+                                    "PSP_REFERENCE": "0", "PSP_SERVERS": "05", "PSP_DURATION": "2m"})
+        self.assertEqual((o.requests, o.concurrencies, o.keepalive, o.servers, o.duration_s),
+                         ("300", [2, 3], True, ["05-epoll"], 120))
+        self.assertEqual(parse(env={"PSP_REQUESTS": ""}).requests, "10000")  # empty counts as unset
+
+    def test_servers_and_variants(self):
+        o = parse("--no-reference", "5", "06:--sqpoll=50:--fixed-files", "07-asio")
+        self.assertEqual(o.servers, ["05-epoll", "06-io_uring:--sqpoll=50:--fixed-files", "07-asio"])
+        self.assertEqual(variant_flags(o.servers[1]), ["--sqpoll", "50", "--fixed-files"])
+        with tempfile.TemporaryDirectory() as build:
+            os.makedirs(os.path.join(build, "07-asio-uring"))
+            path = os.path.join(build, "07-asio-uring", "run_server")
+            with open(path, "w", encoding="ascii") as file:
+                file.write("#!/bin/sh\n")
+            os.chmod(path, 0o755)
+            self.assertEqual(parse("--no-reference", "07-asio-uring", build_dir=build).servers, ["07-asio-uring"])
+
+    def test_every_refusal(self):
+        refusals = {
+            ("--bogus",): "unknown option --bogus",
+            ("-c",): "-c needs a value",
+            ("-c", ""): "-c needs a value",
+            ("--mode", "x"): "--mode must be throughput, connections, files, idle or latency",
+            ("--mode", "idle", "-t", "wrk"): "--mode idle uses ab (with and without -k, by itself)",
+            ("--mode", "latency", "-t", "wrk"): "--mode latency uses openloop (and ab to measure capacity)",
+            ("--mode", "latency", "-c", "1 2"): "--mode latency takes one connection count (-c N)",
+            ("--mode", "files", "-t", "ab"): "--mode files always uses wrk (it checks the bytes read; ab cannot)",
+            ("--idle", "x"): "bad idle connection count 'x'",
+            ("--rates", "0"): "bad rate '0' (requests per second)",
+            ("--p99-target", "1.5"): "bad --p99-target '1.5' (milliseconds)",
+            ("-c", "0"): "bad concurrency '0'",
+            ("--conns", "-1"): "bad connection count '-1'",
+            ("-c", ","): "no concurrency level given",
+            ("-n", "0"): "bad request count '0'",
+            ("-r", "x"): "bad repetition count 'x'",
+            ("--wrk-threads", "0"): "bad wrk thread count '0'",
+            ("-w", "-1"): "bad warm-up count '-1'",
+            ("--delay-us", "1.5"): "bad --delay-us '1.5'",
+            ("--threads", "0"): "bad --threads '0'",
+            ("--nginx-workers", "x"): "bad --nginx-workers 'x'",
+            ("--handler", "busy"): "--handler must be wait, sleep or spin",
+            ("-t", "curl"): "--tool must be ab or wrk",
+            ("-d", "5h"): "bad --duration '5h' (e.g. 10s or 2m)",
+            ("-n", "5", "-c", "10"): "concurrency 10 is above the request count 5 (ab refuses it)",
+            ("05;rm",): "server '05;rm' has a character other than letters, digits and ._/=:+@%-",
+            ("99",): "unknown server '99' (expected 01..07, or a folder of /nonexistent that holds a run_server)",
+            ("05:threads=1",): "in server '05:threads=1', 'threads=1' is not a flag (each part after a colon starts "
+                               "with -)",
+            ("06:",): "in server '06:', '' is not a flag (each part after a colon starts with -)",
+            ("05", "5"): "server '05-epoll' is named twice",
+        }
+        for argv, message in refusals.items():
+            with self.subTest(argv=argv), self.assertRaises(options.UsageError) as caught:
+                parse(*argv)
+            self.assertEqual(str(caught.exception), message)
+
+    def test_main_exit_status_and_usage(self):
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            self.assertEqual(main.main(["--bogus"]), 2)
+            self.assertEqual(main.main(["--help"]), 0)
+        self.assertEqual(err.getvalue(), "error: unknown option --bogus\nrun benchmark/benchmark.sh --help for the "
+                                         "options\n")
+        self.assertTrue(out.getvalue().startswith("usage: benchmark/benchmark.sh [options] [SERVER...]\n"))
+        self.assertIn("(--mode files: 03 05 06 07; idle: 02 03 04 05 06 07)", out.getvalue())
+        self.assertIn("--p99-target MS", out.getvalue())
+
+
+# The columns of raw.csv in each mode, as benchmark.sh wrote them before the driver (its RAW_* lines): the schemas
+# must not drift from them, nor from the committed runs that analyse.py and the course read.
+BEFORE = {
+    "throughput": "server,concurrency,repetition,requests_per_s,mean_ms,p99_ms,complete,failed,non2xx,cpu_us_per_req,"
+                  "io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,peak_threads,check",
+    "files": "server,file,connections,repetition,requests_per_s,mib_per_s,mean_ms,p99_ms,complete,failed,non2xx,"
+             "bytes_per_req,cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,"
+             "peak_rss_kib,peak_threads,check",
+    "idle": "server,idle,keepalive,concurrency,repetition,requests_per_s,mean_ms,p99_ms,complete,failed,non2xx,"
+            "cpu_us_per_req,io_uring_threads_cpu_us_per_req,ctxsw_per_req,syscalls_per_req,peak_rss_kib,"
+            "peak_threads,check",
+    "latency": "server,rate,repetition,requests_per_s,load_pct,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,mean_ms,u_p99_ms,"
+               "u_p999_ms,complete,failed,non2xx,cpu_us_per_req,gen_lag_p99_ms,check",
+    "connections": "server,connections,held,refused,closed,blocked,untried,dropped,processes,setup_s,"
+                   "rss_kib_per_conn,threads_per_conn,fds_per_conn,kernel_b,server_kernel_b,client_kernel_b,"
+                   "server_charged_b,available_drop_b,idle_cpu_ms,probe_ok,probe_refused,probe_timeout,"
+                   "probe_median_ms,probe_p99_ms,probe_max_ms,after_status,stopped_by,slabs,check",
+}
+SCHEMAS = {"throughput": sweep.THROUGHPUT, "files": sweep.FILES_SCHEMA, "idle": idle.SCHEMA,
+           "latency": latency.SCHEMA, "connections": connections.SCHEMA}
+
+
+class SchemaTest(unittest.TestCase):
+    def test_each_mode_writes_the_columns_of_before(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            for mode, fields in SCHEMAS.items():
+                with self.subTest(mode=mode):
+                    path = os.path.join(scratch, f"{mode}.csv")
+                    CsvTable(path, fields)
+                    with open(path, encoding="utf-8") as file:
+                        self.assertEqual(file.read(), BEFORE[mode] + "\n")
+
+    def test_a_row_must_give_every_field(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            table = CsvTable(os.path.join(scratch, "raw.csv"), ("a", "b"))
+            with self.assertRaises(ValueError):
+                table.add({"a": 1})
+            with self.assertRaises(ValueError):
+                table.add({"a": 1, "b": 2, "c": 3})
+
+    def test_committed_raw_csv_rewritten_byte_for_byte(self):
+        """Every committed run whose columns are a schema's: its rows, written again through CsvTable, are the same
+        bytes (no quoting, no \\r, nothing reformatted)."""
+        checked = 0
+        with tempfile.TemporaryDirectory() as scratch:
+            for run in sorted(os.listdir(RESULTS)):
+                raw = os.path.join(RESULTS, run, "raw.csv")
+                if not os.path.isfile(raw):
+                    continue
+                with open(raw, encoding="utf-8", newline="") as file:
+                    text = file.read()
+                lines = text.rstrip("\n").split("\n")
+                fields = next((f for f in SCHEMAS.values() if ",".join(f) == lines[0]), None)
+                if fields is None:
+                    continue  # an older layout, from before a column was added
+                copy = CsvTable(os.path.join(scratch, run + ".csv"), fields)
+                for line in lines[1:]:
+                    copy.add(dict(zip(fields, line.split(","))))
+                with open(copy.path, encoding="utf-8", newline="") as file:
+                    self.assertEqual(file.read(), text, run)
+                checked += 1
+        self.assertGreater(checked, 10)
+
+    def test_failed_rows_fill_every_column(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            session = Session(parse("--no-reference", "-n", "10", "-c", "1", "05"), "/repo", HERE, tmp=scratch)
+            runs = sweep.Sweep(session, os.path.join(scratch, "raw.csv"))
+            runs.failed_row("05-epoll", sweep.Target(), 1, 1, "did not start, twice")
+            with open(os.path.join(scratch, "raw.csv"), encoding="utf-8") as file:
+                row = file.read().split("\n")[1]
+            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 12 + "FAILED: did not start twice")
+
+
+def testdata(name: str) -> str:
+    with open(os.path.join(TESTDATA, name), encoding="utf-8") as file:
+        return file.read()
+
+
+class ToolsTest(unittest.TestCase):
+    def test_ab_and_wrk_records(self):
+        ab = tools.parse("ab", testdata("ab-05-c10.out"), testdata("ab-05-c10.percentiles.csv"))
+        self.assertEqual((ab["complete"], ab["failed"], ab["doc_length"]), ("2000", "0", "1024"))
+        wrk = tools.parse("wrk", testdata("wrk-05-c10.out"))
+        self.assertNotEqual(wrk["rps"], "n/a")
+        self.assertEqual(tools.parse("wrk", testdata("wrk-without-lua.out"))["rps"], "n/a")
+
+    def test_commands(self):
+        self.assertEqual(tools.ab_command("http://h/", 10, 200, True), ["ab", "-q", "-r", "-n", "200", "-c", "10",
+                                                                       "-k", "http://h/"])
+        wrk = tools.wrk_command("http://h/", 4, 8, "1s", "10s")
+        self.assertEqual(wrk[:6], ["wrk", "-t", "4", "-c", "4", "-d"])  # never more threads than connections
+        self.assertEqual(wrk[-3:], ["--timeout", "10s", "http://h/"])
+
+    def test_openloop_and_idle_conns_lines(self):
+        line = testdata("openloop-05.out").strip().split("\n")[-1]
+        figures = tools.key_values(line)
+        self.assertEqual((figures["scheduled"], figures["completed"], figures["fell_behind"]), ("200", "200", "0"))
+        for key in latency.FROM_OPENLOOP.values():
+            self.assertIn(key, figures)
+        holding, final = testdata("idle_conns-hold.out").strip().split("\n")
+        self.assertTrue(holding.startswith("holding "))
+        self.assertEqual(tools.key_values(holding[len("holding "):])["held"], "50")
+        final = tools.key_values(final)
+        for key in (*connections.FROM_HOLDER, *connections.PROBES, "server_alive"):
+            self.assertIn(key, final)
+
+    def test_run_client_time_limit(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "out")
+            self.assertEqual(tools.run_client(1, ["sh", "-c", "echo started; sleep 30"], out), 124)
+            with open(out, encoding="ascii") as file:
+                self.assertEqual(file.read(), "started\n")
+
+    def test_ratio_as_awk(self):
+        self.assertEqual(ratio(3, 2), "1.50")
+        self.assertEqual(ratio(1000000, "3", "%.1f"), "333333.3")
+        self.assertEqual(ratio("n/a", 2), "n/a")
+        self.assertEqual(ratio(5, "n/a"), "n/a")
+        self.assertEqual(ratio(5, 0), "n/a")
+        self.assertEqual(ratio("", 4), "0.00")  # awk reads an empty count as 0
+
+
+class HostTest(unittest.TestCase):
+    def fake_proc_sys(self, scratch: str, values: dict[str, int]) -> None:
+        for key, value in values.items():
+            path = os.path.join(scratch, key.replace(".", "/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="ascii") as file:
+                file.write(f"{value}\n")
+
+    def read(self, scratch: str, key: str) -> str:
+        with open(os.path.join(scratch, key.replace(".", "/")), encoding="ascii") as file:
+            return file.read().strip()
+
+    def test_settings_put_back_after_a_failure(self):
+        said: list[str] = []
+        with tempfile.TemporaryDirectory() as scratch:
+            self.fake_proc_sys(scratch, {"fs.nr_open": 1000, "fs.file-max": 5000, "vm.max_map_count": 99999})
+            with self.assertRaises(RuntimeError):
+                with Host(said.append, sysctl_root=scratch, is_root=True) as host:
+                    host.raise_sysctl("fs.nr_open", 2000, "2000 connections")
+                    host.raise_sysctl("fs.file-max", 9000, "2000 connections")
+                    host.raise_sysctl("vm.max_map_count", 100, "2000 connections")  # high enough: untouched
+                    host.raise_sysctl("kernel.not_here", 100, "2000 connections")   # absent: untouched
+                    self.assertEqual(self.read(scratch, "fs.nr_open"), "2000")
+                    raise RuntimeError("a server failed")
+            self.assertEqual([self.read(scratch, key) for key in ("fs.nr_open", "fs.file-max", "vm.max_map_count")],
+                             ["1000", "5000", "99999"])
+        self.assertEqual(said, ["  sysctl fs.nr_open: 1000 -> 2000 (put back after the run)",
+                                "  sysctl fs.file-max: 5000 -> 9000 (put back after the run)",
+                                "  sysctl fs.file-max: put back to 5000",
+                                "  sysctl fs.nr_open: put back to 1000"])
+
+    def test_put_back_on_ctrl_c(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            self.fake_proc_sys(scratch, {"fs.nr_open": 1000})
+            with self.assertRaises(KeyboardInterrupt):
+                with Host(lambda text: None, sysctl_root=scratch, is_root=True) as host:
+                    host.raise_sysctl("fs.nr_open", 2000, "2000 connections")
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(1)
+            self.assertEqual(self.read(scratch, "fs.nr_open"), "1000")
+
+    def test_not_root_refused_and_nothing_changed(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            self.fake_proc_sys(scratch, {"fs.nr_open": 1000})
+            host = Host(lambda text: None, sysctl_root=scratch, is_root=False)
+            with self.assertRaises(HostError) as caught:
+                host.raise_sysctl("fs.nr_open", 2000, "2000 connections")
+            self.assertEqual(str(caught.exception), "2000 connections need fs.nr_open raised from 1000 to 2000, "
+                             "which only root can do: run it as root, or with smaller --conns")
+            self.assertEqual(self.read(scratch, "fs.nr_open"), "1000")
+            self.assertEqual(host.changed, [])
+
+
+class ServerTest(unittest.TestCase):
+    def session(self, scratch: str, script: str) -> Session:
+        os.makedirs(os.path.join(scratch, "build", "05-epoll"))
+        path = os.path.join(scratch, "build", "05-epoll", "run_server")
+        with open(path, "w", encoding="ascii") as file:
+            file.write(script)
+        os.chmod(path, 0o755)
+        o = parse("--no-reference", "-n", "10", "-c", "1", "05", build_dir=os.path.join(scratch, "build"))
+        return Session(o, "/repo", HERE, tmp=scratch, cpus=2)
+
+    def test_stops_a_server_that_ignores_sigterm(self):
+        # A stand-in that prints the listening line, then ignores SIGTERM: only SIGKILL, after the grace, stops it.
+        script = "#!/bin/sh\ntrap '' TERM\necho 'listening on http://127.0.0.1:4321/'\nwhile :; do sleep 1; done\n"
+        with tempfile.TemporaryDirectory() as scratch:
+            session = self.session(scratch, script)
+            started = time.monotonic()
+            with Server(session, "05-epoll", stop_grace_s=0.5) as server:
+                self.assertTrue(server.started)
+                self.assertEqual(server.port, 4321)
+                self.assertEqual(server.command, "05-epoll/run_server --port 0 --delay-us 1000 --handler wait")
+                pid = server.pid
+            self.assertEqual(server.exit, 128 + signal.SIGKILL)
+            self.assertLess(time.monotonic() - started, 5)
+            with self.assertRaises(ProcessLookupError):
+                os.kill(pid, 0)
+
+    def test_stopped_when_the_block_fails(self):
+        script = "#!/bin/sh\necho 'listening on http://127.0.0.1:4321/'\nexec sleep 30\n"
+        with tempfile.TemporaryDirectory() as scratch:
+            session = self.session(scratch, script)
+            with self.assertRaises(RuntimeError):
+                with Server(session, "05-epoll") as server:
+                    pid = server.pid
+                    raise RuntimeError("a load tool failed")
+            self.assertEqual(server.exit, 128 + signal.SIGTERM)
+            with self.assertRaises(ProcessLookupError):
+                os.kill(pid, 0)
+
+    def test_a_server_that_does_not_start_says_why(self):
+        script = "#!/bin/sh\necho 'error: io_uring is not available' >&2\nexit 1\n"
+        with tempfile.TemporaryDirectory() as scratch:
+            session = self.session(scratch, script)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), Server(session, "05-epoll") as server:
+                self.assertFalse(server.started)
+            self.assertEqual(server.problem, "did not start")
+            self.assertEqual(err.getvalue(), "error: 05-epoll did not start (exit status 1): error: io_uring is not "
+                                             "available\n")
+
+    def test_flags(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            session = self.session(scratch, "#!/bin/sh\n")
+            session.options.threads = "2"
+            self.assertEqual(server_flags(session, "05-epoll:--threads=1"),
+                             ["--delay-us", "1000", "--handler", "wait", "--threads", "2", "--threads", "1"])
+            self.assertEqual(server_flags(session, "03-select"), ["--delay-us", "1000", "--handler", "wait"])
+
+
+class FingerprintTest(unittest.TestCase):
+    def test_written_when_the_script_exists_and_not_otherwise(self):
+        with tempfile.TemporaryDirectory() as repo:
+            results = os.path.join(repo, "results")
+            os.makedirs(results)
+            session = Session(parse("--no-reference", "05"), repo, HERE, tmp=repo)
+            summary.write_fingerprints(session, results)
+            self.assertFalse(os.path.exists(os.path.join(results, "fingerprints.json")))
+            os.makedirs(os.path.join(repo, "docs", "tools"))
+            with open(os.path.join(repo, summary.FINGERPRINT), "w", encoding="ascii") as file:
+                file.write("import sys\nprint('{\"05-epoll\": \"abc\"}' if sys.argv[1:3] == ['--json', '--root'] "
+                           "else 'bad')\n")
+            summary.write_fingerprints(session, results)
+            with open(os.path.join(results, "fingerprints.json"), encoding="ascii") as file:
+                self.assertEqual(file.read(), '{"05-epoll": "abc"}\n')
+
+
+class LauncherTest(unittest.TestCase):
+    def test_short_and_passes_everything_on(self):
+        launcher = os.path.join(HERE, "benchmark.sh")
+        with open(launcher, encoding="utf-8") as file:
+            self.assertLess(len(file.read().split("\n")), 100)
+        result = subprocess.run([launcher, "--no-build", "-c", "0"], capture_output=True, text=True, check=False)
+        self.assertEqual((result.returncode, result.stderr), (2, "error: bad concurrency '0'\nrun "
+                                                                 "benchmark/benchmark.sh --help for the options\n"))
+
+
+if __name__ == "__main__":
+    unittest.main()
