@@ -276,6 +276,18 @@ class HostTest(unittest.TestCase):
                                 "  sysctl fs.file-max: put back to 5000",
                                 "  sysctl fs.nr_open: put back to 1000"])
 
+    def test_put_back_when_the_console_is_gone(self):
+        def say(text: str) -> None:
+            raise BrokenPipeError()  # `benchmark.sh | head`, once head has left
+        with tempfile.TemporaryDirectory() as scratch:
+            self.fake_proc_sys(scratch, {"fs.nr_open": 1000, "fs.file-max": 5000})
+            host = Host(lambda text: None, sysctl_root=scratch, is_root=True)
+            host.raise_sysctl("fs.nr_open", 2000, "2000 connections")
+            host.raise_sysctl("fs.file-max", 9000, "2000 connections")
+            host.say = say
+            host.restore()
+            self.assertEqual([self.read(scratch, key) for key in ("fs.nr_open", "fs.file-max")], ["1000", "5000"])
+
     def test_put_back_on_ctrl_c(self):
         with tempfile.TemporaryDirectory() as scratch:
             self.fake_proc_sys(scratch, {"fs.nr_open": 1000})

@@ -54,14 +54,20 @@ class Host:
 
     def restore(self) -> None:
         """Puts back every sysctl changed (the last first), and removes the cgroups made. Safe to call twice."""
+        # Nothing may stop this loop half-way: not a setting that cannot be written, nor a console that is gone
+        # (a closed pipe, `| head`), so saying what was done is the last step of each, and may fail.
         while self.changed:
             key, old = self.changed.pop()
             try:
                 with open(self.sysctl_path(key), "w", encoding="ascii") as file:
                     file.write(f"{old}\n")
-                self.say(f"  sysctl {key}: put back to {old}")
+                message = f"  sysctl {key}: put back to {old}"
             except OSError as error:
-                self.say(f"  sysctl {key}: could not be put back to {old}: {error}")
+                message = f"  sysctl {key}: could not be put back to {old}: {error}"
+            try:
+                self.say(message)
+            except (OSError, ValueError):
+                pass
         while self.cgroups:
             try:
                 os.rmdir(self.cgroups.pop())

@@ -90,6 +90,9 @@ def main(argv: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the console is gone (`| head`): nothing more can be said; clean up all the same
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # (so that restore()'s lines and exit do not fail)
+        return 1
     finally:
         host.restore()
         shutil.rmtree(session.tmp, ignore_errors=True)
