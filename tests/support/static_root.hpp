@@ -354,6 +354,9 @@ class Download {
           return 0;
         case Parse::complete: break;
       }
+      if (!head_request_ && response_.status != 304 && !response_.header("Content-Length"))
+        return fail("a file's response without Content-Length: this download needs its length\n" +
+                    response_.head_text()), 0;
       length_ = head_request_ || response_.status == 304 ? 0 : std::stoull(*response_.header("Content-Length"));
       state_ = State::body;
       const std::string early = client_.take_buffered();  // body bytes that came with the head
