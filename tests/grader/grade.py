@@ -55,8 +55,8 @@ def parse_args(argv):
                    help="course: this repository's contract (default); static: a general static-file server")
     p.add_argument("--quick", action="store_true", help="a few checks per category, under 30 s")
     p.add_argument("--chapter", type=int, choices=range(0, 8), default=None, metavar="N",
-                   help="the chapter (1-7) whose model the server follows, 0 for any concurrent model; default: "
-                   "the NN of a folder NN-name in the command's path (build/01-blocking-single/...), else 0")
+                   help="the chapter (1-7) whose model the server follows (chapter 01 serves one client at a "
+                   "time); default 0, any concurrent model")
     p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
     p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
@@ -64,14 +64,43 @@ def parse_args(argv):
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
     p.add_argument("--list", action="store_true", help="list the profile's checks and their categories, run none")
+    p.add_argument("--each", metavar="PATTERN",
+                   help="grade every file that PATTERN matches (quote it: 'submissions/*/run.sh'), one after the "
+                   "other, each with the other options: a report per submission in DIR/NAME/ and one line each in "
+                   "DIR/grades.csv and DIR/grades.jsonl. A command after -- is run instead, with {submission} "
+                   "replaced by the file's path")
 
     args = p.parse_args(argv)
-    if not command and not args.list:
+    if not command and not args.list and not args.each:
         raise UsageError("no command: put the server's command after --")
     args.command = command
+    # A folder named like a chapter (01-blocking-single) only suggests its rules: a grade must not change with the
+    # name of the folder a submission was unpacked into.
+    args.suggestion = ""
     if args.chapter is None:
-        args.chapter = chapter_from_path(command[0] if command else "")
+        args.chapter = 0
+        suggested = chapter_from_path(command[0] if command else "")
+        if suggested:
+            args.suggestion = (f"judged as any concurrent model; for chapter {suggested:02d}'s rules pass "
+                               f"--chapter {suggested}")
     return args
+
+
+def check_command(args):
+    """Raises UsageError, before anything runs, for a command that cannot be graded as given."""
+    program = args.command[0]
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise UsageError(f"the command {program} does not exist")
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise UsageError(f"the command {program} is not an executable file (chmod +x {program}, or put its "
+                             "interpreter first: -- python3 server.py ...)")
+    elif not shutil.which(program):
+        raise UsageError(f"the command {program} is not found in PATH")
+    words = " ".join(args.command)
+    if args.profile == "static" and "{port}" in words and "{root}" not in words:
+        raise UsageError("the static profile grades a file server: put {root} in the command where the folder to "
+                         "serve goes, e.g. -- python3 server.py {port} {root}")
 
 
 def chapter_from_path(path):
@@ -189,7 +218,7 @@ def start(command, root, extra=()):
     deadline = time.monotonic() + START_SECONDS
     if not templated:
         line = read_line(proc.stdout, deadline)
-        m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)/", line.strip()) if line else None
+        m = LISTENING.fullmatch(line.strip()) if line else None
         if m:
             port = int(m.group(1))
         else:
@@ -199,7 +228,7 @@ def start(command, root, extra=()):
                 pass
             if proc.poll() is not None:
                 why = (f"the server exited ({describe_status(proc.returncode)}) before printing "
-                       f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.")
+                       f"'listening on http://127.0.0.1:PORT/'{stderr_tail(proc)}.{port_hint(proc)}")
             else:
                 why = (f"the server printed no 'listening on http://127.0.0.1:PORT/' line within {START_SECONDS} s"
                        + (f" (its first line: {line.strip()!r})" if line else "") + ".")
@@ -207,16 +236,57 @@ def start(command, root, extra=()):
         if proc.poll() is not None:
             why = f"the server exited ({describe_status(proc.returncode)}) before accepting a connection" \
                   f"{stderr_tail(proc)}."
+            if proc.returncode == 0:
+                why += (" A server that exits 0 at once has usually gone into the background (a daemon): run it in "
+                        "the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader can stop it.")
         elif time.monotonic() > deadline:
             why = f"nothing accepted connections on 127.0.0.1:{port} within {START_SECONDS} s."
         else:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return proc, port, None
             except OSError:
                 time.sleep(0.05)
+                continue
+            # A daemon's child may take the first connection while the process we started is exiting 0.
+            try:
+                proc.wait(timeout=0.3)
+            except subprocess.TimeoutExpired:
+                return proc, port, None
+            if proc.returncode == 0:
+                why = ("the server exited 0 before accepting a connection itself: it went into the background (a "
+                       "daemon). Run it in the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader "
+                       "can stop it.")
     stop(proc)
     return None, None, why
+
+
+LISTENING = re.compile(r"listening on http://(?:127\.0\.0\.1|localhost):(\d+)/")
+
+
+def port_hint(proc):
+    """A hint for a server that refused the --port 0 it was given because its command has no {port}."""
+    if proc.returncode and "--port" in proc.stderr_text:
+        return (" It does not take --port: put {port} in the command where the port goes "
+                "(tests/grade.sh -- python3 server.py {port}), and the grader fills it in.")
+    return ""
+
+
+def trial_in_suite(suite, env, chosen, report_dir):
+    """The first check run alone, which starts the server exactly as every check does, with the same folder as
+    {root}: for a command that did not start with preflight()'s empty folder, since it may need what the real one
+    holds (a subfolder, an index.html). None when it started, else why not."""
+    json_path = os.path.join(report_dir, "trial.json")
+    try:
+        subprocess.run([suite, "--gtest_filter=" + chosen[0][0], "--gtest_output=json:" + json_path],
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None  # the checks will say what is wrong, each with its own time limit
+    for detail in failure_details(json_path).values():
+        message = detail.get("message", "")
+        at = message.find("did not start (")
+        if at >= 0:
+            return "with the checks' folder as {root}, " + message[at:].split("\n")[0]
+    return None
 
 
 def preflight(command):
@@ -295,10 +365,20 @@ def read_line(stream, deadline):
 
 
 def stderr_tail(proc):
-    try:
-        err = proc.stderr.read(2000).decode(errors="replace").strip() if proc.poll() is not None else ""
-    except (OSError, ValueError):
-        err = ""
+    """The last line the exited server wrote to stderr. Read without blocking for long: a child it left running
+    (a daemon) may hold the pipe open."""
+    data = b""
+    if proc.poll() is not None:
+        deadline = time.monotonic() + 0.5
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            while len(data) < 4000 and sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                chunk = os.read(proc.stderr.fileno(), 4000)
+                if not chunk:
+                    break
+                data += chunk
+    err = data.decode(errors="replace").strip()
+    proc.stderr_text = getattr(proc, "stderr_text", "") + err
     return f"; it said: {err.splitlines()[-1]}" if err else ""
 
 
@@ -360,13 +440,25 @@ def run_checks(suite, env, chosen, json_path, timeout):
             if not m or m.group(2) not in by_test or m.group(2) in results:
                 continue
             result = {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}[m.group(1)]
-            results[m.group(2)] = (result, int(m.group(3)), skip_reason(output) if result == "skipped" else "")
+            reason = skip_reason(output) if result == "skipped" else ""
+            result = classify(result, reason)
+            results[m.group(2)] = (result, int(m.group(3)), reason)
             check, cat = by_test[m.group(2)]
-            mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[result]
+            mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "lacking": "LACK"}[result]
             print(f"  {mark}  {cat.name:<{width}}  {check} ({m.group(3)} ms)", flush=True)
     sel.close()
     stop(proc)
     return results, timed_out
+
+
+# The suite's skips that mean "the command lacks what this check needs" (server_fixture.hpp): its flags, {root},
+# this repository's command line. Such a check is not passed, with that reason: a total never shrinks because a
+# command left something out. Every other skip (the kernel has no io_uring, say) is "does not apply".
+LACKING = ("a flag of this repository's servers", "put {root} in the command", "a {port} command does not have")
+
+
+def classify(result, reason):
+    return "lacking" if result == "skipped" and any(p in reason for p in LACKING) else result
 
 
 def skip_reason(lines):
@@ -389,35 +481,42 @@ def failure_details(json_path):
         for t in suite.get("testsuite", []):
             name = f"{suite['name']}.{t['name']}"
             entry = {"transcript": t.get("transcript", "")}
-            messages = [f["failure"] for f in t.get("failures", [])]
+            messages = [clean(f["failure"]) for f in t.get("failures", [])]
+            messages.sort(key=lambda m: "the server crashed (" not in m)  # the root cause first, then its effects
             if messages:
-                entry["message"] = "\n".join(clean(m) for m in messages)
+                entry["message"] = "\n".join(messages)
+            if t.get("stderr"):
+                entry["stderr"] = t["stderr"]
             details[name] = entry
     return details
 
 
 def clean(message):
-    """Drops GoogleTest's file:line prefix, which names the suite's source, not the student's."""
-    return re.sub(r"^\S+\.(?:cpp|hpp):\d+\n", "", message.strip())
+    """Drops GoogleTest's file:line prefix, which names the suite's source, not the student's, and turns its
+    "Google Test trace" (printed after the failure it explains) into a first line: "while: WHAT"."""
+    message = re.sub(r"^\S+\.(?:cpp|hpp):\d+\n(?:Failed\n)?", "", message.strip())
+    body, _, trace = message.partition("\nGoogle Test trace:\n")
+    steps = [re.sub(r"^\S+\.(?:cpp|hpp):\d+: ", "", line) for line in trace.splitlines() if line.strip()]
+    return "\n".join([f"while: {s}" for s in reversed(steps)] + [body.strip()])
 
 
 # ---- score and reports ---------------------------------------------------------------------------------------------
 
 def score(chosen, results, categories):
-    """A row per category: points x passed / (passed + failed + not run); skipped checks count for nothing."""
+    """A row per category: points x passed / (passed + failed + lacking + not run). The total is out of every
+    category's points, whatever happened: a check the command could not take ("lacking") is lost, and only a check
+    that does not apply ("skipped") leaves its category's count. A category with nothing left to count scores 0."""
     rows = []
     for cat in categories:
         mine = [results.get(t, ("not run",))[0] for t, _, c in chosen if c is cat]
-        if not mine:
-            continue
         passed, failed, not_run = mine.count("passed"), mine.count("failed"), mine.count("not run")
-        lost = failed + not_run
-        got = cat.points * passed / (passed + lost) if passed + lost else None
-        rows.append({"category": cat.name, "points": cat.points, "score": None if got is None else round(got, 1),
-                     "passed": passed, "failed": failed, "skipped": mine.count("skipped"), "not run": not_run})
-    counted = [r for r in rows if r["score"] is not None]
-    total = sum(r["score"] for r in counted)
-    possible = sum(r["points"] for r in counted)
+        lacking = mine.count("lacking")
+        counted = passed + failed + lacking + not_run
+        got = cat.points * passed / counted if counted else 0.0
+        rows.append({"category": cat.name, "points": cat.points, "score": round(got, 1), "passed": passed,
+                     "failed": failed, "lacking": lacking, "skipped": mine.count("skipped"), "not run": not_run})
+    total = sum(r["score"] for r in rows)
+    possible = sum(cat.points for cat in categories)
     return rows, round(total, 1), possible
 
 
@@ -434,30 +533,36 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     for test, check, cat in chosen:
         result, ms, skipped_because = results.get(test, ("not run", 0, ""))
         d = details.get(test, {})
-        checks.append({"check": check, "category": cat.name, "result": result, "ms": ms,
-                       "message": (skipped_because or d.get("message", "")) if result != "passed" else "",
+        message = (skipped_because or d.get("message", "")) if result != "passed" else ""
+        if result == "lacking":
+            message = "not passed: the command lacks what this check needs: " + message
+        message = message.replace("during this check", f"during {check}")
+        checks.append({"check": check, "category": cat.name, "result": result, "ms": ms, "message": message,
+                       "stderr": d.get("stderr", "") if result == "failed" else "",
                        "transcript": d.get("transcript", "") if result == "failed" else "",
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
-    counts = {k: sum(1 for c in checks if c["result"] == k) for k in ("passed", "failed", "skipped", "not run")}
+    counts = {k: sum(1 for c in checks if c["result"] == k) for k in RESULTS}
     report = {"command": args.command, "profile": args.profile, "quick": args.quick, "chapter": args.chapter,
-              "score": total, "possible": possible, "note": note, **counts, "categories": rows, "checks": checks,
+              "suggestion": args.suggestion, "score": total, "possible": possible, "note": note, **counts,
+              "first_cause": first_cause(note, checks), "categories": rows, "checks": checks,
               "performance": performance}
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
 
-    md = [f"# Grade: {total:g} / {possible:g}", "",
-          f"- Command: `{' '.join(args.command)}`",
+    md = [f"# Grade: {total:g} / {possible:g}", ""]
+    if args.suggestion:
+        md += [f"**Note: {args.suggestion}.**", ""]
+    md += [f"- Command: `{' '.join(args.command)}`",
           f"- Profile: {args.profile}{' (quick)' if args.quick else ''}; chapter: "
           f"{args.chapter if args.chapter else 'any concurrent model'}",
-          f"- Checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-          + (f", {counts['not run']} not run" if counts["not run"] else ""), ""]
+          f"- Checks: {count_text(counts)}", ""]
     if note:
         md += [f"**{note}**", ""]
-    md += ["| category | score | points | passed | failed | skipped |", "|---|---:|---:|---:|---:|---:|"]
+    md += ["| category | score | points | passed | failed | lacking | skipped |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        shown = "n/a" if r["score"] is None else f"{r['score']:g}"
-        md.append(f"| {r['category']} | {shown} | {r['points']:g} | {r['passed']} | {r['failed']} | {r['skipped']} |")
+        md.append(f"| {r['category']} | {r['score']:g} | {r['points']:g} | {r['passed']} | {r['failed']} "
+                  f"| {r['lacking']} | {r['skipped']} |")
     if performance:
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
     failed = [c for c in checks if c["result"] in ("failed", "not run")]
@@ -470,6 +575,12 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
             md += ["```", (c["message"] or "(not run: see the note above)").strip(), "```", ""]
             if c["transcript"]:
                 md += ["The last exchanges:", "", "```", c["transcript"].strip(), "```", ""]
+            if c["stderr"] and c["stderr"].strip() not in c["message"]:
+                md += ["The last lines the server wrote to stderr:", "", "```", c["stderr"].strip(), "```", ""]
+    lacking = [c for c in checks if c["result"] == "lacking"]
+    if lacking:
+        md += ["", "## Not passed: the command lacks what the check needs (counted as lost)", ""]
+        md += [f"- {c['check']}: {c['message'].split(': ', 2)[-1].strip()}" for c in lacking]
     skipped = [c for c in checks if c["result"] == "skipped"]
     if skipped:
         md += ["", "## Skipped (not scored)", ""]
@@ -477,6 +588,23 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(md).rstrip() + "\n")
     return counts
+
+
+RESULTS = ("passed", "failed", "lacking", "skipped", "not run")
+
+
+def count_text(counts):
+    return ", ".join(f"{counts[k]} {k}" for k in RESULTS if counts[k] or k in ("passed", "failed"))
+
+
+def first_cause(note, checks):
+    """One line for a table of submissions: why the server did not start, else the first failure's first line."""
+    if note:
+        return note
+    for c in checks:
+        if c["result"] in ("failed", "lacking", "not run") and c["message"].strip():
+            return f"{c['check']}: {c['message'].strip().splitlines()[0][:200]}"
+    return ""
 
 
 def perf_text(p):
@@ -488,14 +616,131 @@ def perf_text(p):
             f"says \"as fast as the client can ask\", and a run can differ from the next by a factor of 2)")
 
 
+def submission_name(path):
+    """submissions/alice/run.sh -> alice; submissions/bob.py -> bob.py: the folder that holds it, if not the
+    pattern's own folder."""
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return folder if os.path.basename(path) in ("run.sh", "run", "server", "start.sh") else os.path.basename(path)
+
+
+def each_options(argv):
+    """The options of this run, less --each and --report, for each submission's own run."""
+    out, skip = [], False
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if skip:
+            skip = False
+            continue
+        if word in ("--each", "--report"):
+            skip = True
+            continue
+        if word.startswith(("--each=", "--report=")):
+            continue
+        out.append(word)
+    return out
+
+
+def grade_each(args, argv):
+    """Grades every submission that args.each matches, in turn, each by its own run of this script (its own
+    report, its own process tree); writes grades.csv and grades.jsonl in args.report. Exit 0 when every
+    submission got full marks, 1 otherwise, 2 when the pattern matches nothing."""
+    import csv
+    import glob as globbing
+    paths = sorted(globbing.glob(args.each))
+    if not paths:
+        print(f"tests/grade.sh: --each {args.each} matches no file", file=sys.stderr)
+        return 2
+    os.makedirs(args.report, exist_ok=True)
+    options = each_options(argv)
+    fields = ["name", "score", "possible", "exit", "seconds", "first_cause", "path"]
+    rows = []
+    with open(os.path.join(args.report, "grades.csv"), "w", newline="") as table, \
+            open(os.path.join(args.report, "grades.jsonl"), "w") as lines:
+        writer = csv.DictWriter(table, fieldnames=fields)
+        writer.writeheader()
+        for path in paths:
+            name = submission_name(path)
+            report = os.path.join(args.report, name)
+            command = [w.replace("{submission}", path) for w in args.command] if args.command else [path]
+            print(f"== {name}: {' '.join(command)}", flush=True)
+            if os.path.exists(os.path.join(report, "report.json")):
+                os.remove(os.path.join(report, "report.json"))  # an earlier run's, which a usage error would leave
+            started = time.monotonic()
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), *options, "--report", report, "--",
+                                  *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            seconds = round(time.monotonic() - started, 1)
+            row = {"name": name, "score": None, "possible": None, "exit": out.returncode, "seconds": seconds,
+                   "first_cause": "", "path": path}
+            said = out.stdout.strip().splitlines() or [""]
+            try:
+                with open(os.path.join(report, "report.json")) as f:
+                    r = json.load(f)
+                row.update(score=r["score"], possible=r["possible"], first_cause=r.get("first_cause", ""))
+            except (OSError, ValueError, KeyError):
+                row["first_cause"] = said[0] if out.returncode == 2 else said[-1]  # a usage error: its first line
+            writer.writerow(row)
+            table.flush()
+            lines.write(json.dumps(row) + "\n")
+            lines.flush()
+            rows.append(row)
+            shown = "-" if row["score"] is None else f"{row['score']:g} / {row['possible']:g}"
+            print(f"   {shown}  exit {row['exit']}  {seconds:g} s  {row['first_cause'][:120]}", flush=True)
+    print(f"grades: {os.path.join(args.report, 'grades.csv')} and grades.jsonl ({len(rows)} submissions)")
+    return 0 if all(r["exit"] == 0 for r in rows) else 1
+
+
+def become_subreaper():
+    """Orphans of the graded server (a daemon's child, a wrapper's) become this process's children rather than
+    init's, so that sweep() can find and stop them. Linux only (prctl PR_SET_CHILD_SUBREAPER); False elsewhere."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def sweep():
+    """Stops (SIGKILL) and reaps every process left as this process's child: what a graded server left behind
+    (it went into the background, or started helpers that outlived it). Returns their descriptions."""
+    left = []
+    me = str(os.getpid())
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "PID (comm) ": state, ppid, ...
+        if fields[1] != me:
+            continue
+        if fields[0] != "Z":
+            left.append(f"{pid} ({cmdline or stat[stat.index('(') + 1:stat.rindex(')')]})")
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(int(pid), 0)
+        except ChildProcessError:
+            pass
+    return left
+
+
 def main(argv):
     try:
         args = parse_args(argv)
         categories, rfc = load_rubric(args.rubric, args.profile)
+        if not args.list and not args.each:
+            check_command(args)
     except UsageError as e:
         print(f"tests/grade.sh: {e}\nusage: tests/grade.sh [options] -- COMMAND [ARGS...] (--help for the options)",
               file=sys.stderr)
         return 2
+    if args.each:
+        return grade_each(args, argv)
     env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
                PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
@@ -508,10 +753,15 @@ def main(argv):
         return 2
 
     started = time.monotonic()
+    become_subreaper()
     print(f"grading: {' '.join(args.command)} ({args.profile}{', quick' if args.quick else ''}, "
           f"{len(chosen)} checks)", flush=True)
-    why = preflight(args.command)
+    if args.suggestion:
+        print(f"note: {args.suggestion}", flush=True)
     os.makedirs(args.report, exist_ok=True)
+    why = preflight(args.command)
+    if why and any("{root}" in w for w in args.command) and "(a daemon)" not in why:
+        why = trial_in_suite(args.suite, env, chosen, args.report)
     json_path = os.path.join(args.report, "gtest.json")
     if why:
         results, note, details = {}, f"The server did not start: {why}", {}
@@ -525,24 +775,31 @@ def main(argv):
     if args.perf and not why:
         print("performance: ab next to nginx, 3 rounds...", flush=True)
         performance = perf(args.command)
+    survivors = sweep()
+    if survivors:
+        more = f" and {len(survivors) - 3} more" if len(survivors) > 3 else ""
+        line = (f"Left running by the server, and stopped now by the grader: {', '.join(survivors[:3])}{more}. A "
+                "server must stay in the foreground, and stop what it started when it stops.")
+        note = f"{note} {line}".strip()
     rows, total, possible = score(chosen, results, categories)
     counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note, performance)
 
     width = max(len(r["category"]) for r in rows)
     print(f"\n{'category':<{width}}  score")
     for r in rows:
-        shown = "n/a (every check skipped)" if r["score"] is None else f"{r['score']:g} / {r['points']:g}"
-        lost = ", ".join(f"{r[k]} {k}" for k in ("failed", "not run") if r[k])
-        print(f"{r['category']:<{width}}  {shown}" + (f"  ({lost})" if lost else ""))
-    print(f"{'total':<{width}}  {total:g} / {possible:g}   ({counts['passed']} passed, {counts['failed']} failed, "
-          f"{counts['skipped']} skipped{', ' + str(counts['not run']) + ' not run' if counts['not run'] else ''}; "
+        lost = ", ".join(f"{r[k]} {k}" for k in ("failed", "lacking", "not run") if r[k])
+        print(f"{r['category']:<{width}}  {r['score']:g} / {r['points']:g}" + (f"  ({lost})" if lost else ""))
+    print(f"{'total':<{width}}  {total:g} / {possible:g}   ({count_text(counts)}; "
           f"{time.monotonic() - started:.0f} s)")
     if performance:
         print("performance (not scored): " + perf_text(performance))
     print(f"report: {os.path.join(args.report, 'report.md')} and report.json")
     if note:
         print(note)
-    return 0 if counts["failed"] == 0 and counts["not run"] == 0 and not why else 1
+    if args.suggestion:
+        print(f"note: {args.suggestion}")
+    lost = counts["failed"] + counts["lacking"] + counts["not run"]
+    return 0 if lost == 0 and not why else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small static-file server from the standard library, in a safe mode and in a mode with a path traversal bug.
 
-Usage: static_server.py PORT ROOT [--traversal]    (listens on 127.0.0.1; PORT 0 picks a free one; SIGTERM exits 0)
+Usage: static_server.py PORT ROOT [MODE...]    (listens on 127.0.0.1; PORT 0 picks a free one; SIGTERM exits 0)
 
 It serves ROOT with http.server's ThreadingHTTPServer and SimpleHTTPRequestHandler, over HTTP/1.1 so that
 connections are kept alive. The two modes differ in one function only, translate_path() (URL path -> file path):
@@ -13,6 +13,22 @@ connections are kept alive. The two modes differ in one function only, translate
 
 So the grader's report for the two must differ in the traversal check alone. By hand:
   curl --path-as-is http://127.0.0.1:PORT/../../../../etc/passwd
+
+The other modes are conventions that real servers follow and that the grader must judge right (CTest grades each,
+tests/grader/CMakeLists.txt):
+
+  --close-delimited   no Content-Length on its errors and redirects (as busybox httpd): each such body ends when
+                      the connection closes (RFC 9112 6.3, rule 8). Correct.
+  --http10            HTTP/1.0 without keep-alive, as http.server is by default: the connection ends after every
+                      response, with no `Connection: close` to say so (RFC 9112 9.3). Correct.
+  --head-no-length    no Content-Length on a response to HEAD (RFC 9110 9.3.2 lets a server leave it out). Correct.
+  --daemonize         goes into the background: the process the grader started exits 0 once its child listens.
+                      The grader must say "run it in the foreground" and stop the child (which exits after 60 s
+                      anyway).
+  --crash-on-missing  SIGSEGV on a request for a missing file, after a line on stderr: the grader must call it a
+                      crash, with that line.
+  --needs-sub         exits 1 unless ROOT has a sub/ folder (a wrapper that serves a subfolder of the root): the
+                      trial start must use the same folder as the checks.
 """
 import functools
 import os
@@ -47,6 +63,35 @@ class Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+MODES = {"--traversal", "--close-delimited", "--http10", "--head-no-length", "--daemonize", "--crash-on-missing",
+         "--needs-sub"}
+
+
+class ConventionHandler(Handler):
+    """Handler in the modes of the module's docstring (the class attributes are set from the command line)."""
+    close_delimited = head_no_length = crash_on_missing = False
+    status = 0
+
+    def send_response(self, code, message=None):
+        self.status = code
+        super().send_response(code, message)
+
+    def send_header(self, keyword, value):
+        if keyword.lower() == "content-length" and ((self.close_delimited and self.status >= 300) or
+                                                    (self.head_no_length and self.command == "HEAD")):
+            if self.close_delimited and self.command != "HEAD":
+                self.close_connection = True  # the body ends with the connection: nothing else can end it
+            return
+        super().send_header(keyword, value)
+
+    def send_head(self):
+        if self.crash_on_missing and "missing" in self.path:
+            sys.stderr.write(f"static_server.py: about to crash on {self.command} {self.path}\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().send_head()
+
+
 class TraversalHandler(Handler):
     def translate_path(self, path):
         path = path.split("?", 1)[0].split("#", 1)[0]
@@ -54,12 +99,27 @@ class TraversalHandler(Handler):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--traversal"]
+    args = [a for a in sys.argv[1:] if a not in MODES]
+    modes = set(sys.argv[1:]) & MODES
     if len(args) != 2:
-        sys.exit("usage: static_server.py PORT ROOT [--traversal]")
+        sys.exit(f"usage: static_server.py PORT ROOT [{' | '.join(sorted(MODES))}]...")
     port, root = int(args[0]), os.path.abspath(args[1])
-    handler = TraversalHandler if "--traversal" in sys.argv else Handler
+    if "--needs-sub" in modes and not os.path.isdir(os.path.join(root, "sub")):
+        sys.exit(f"static_server.py: {root} has no sub/ folder")
+    handler = TraversalHandler if "--traversal" in modes else Handler
+    if modes & {"--close-delimited", "--http10", "--head-no-length", "--crash-on-missing"}:
+        handler = type("Handler", (ConventionHandler,), {
+            "protocol_version": "HTTP/1.0" if "--http10" in modes else "HTTP/1.1",
+            "close_delimited": "--close-delimited" in modes, "head_no_length": "--head-no-length" in modes,
+            "crash_on_missing": "--crash-on-missing" in modes})
     server = Server(("127.0.0.1", port), functools.partial(handler, directory=root))
+    if "--daemonize" in modes:
+        # The classic daemon: fork, the parent exits 0 once the child listens. This one also gives up after 60 s,
+        # so that it never outlives a grader that failed to stop it by much.
+        if os.fork() > 0:
+            os._exit(0)
+        os.setsid()
+        threading.Timer(60, lambda: os._exit(0)).start()
 
     # shutdown() waits for serve_forever() to return, and serve_forever() runs in this (the main) thread, where the
     # signal handler runs too: so another thread has to ask for it.

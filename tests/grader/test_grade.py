@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """grade.py's logic, and the rubric against the suite: test_grade.py PATH/TO/integration_tests (run by CTest)."""
 
+import csv
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +47,13 @@ class Glob(unittest.TestCase):
 
 
 class Chapter(unittest.TestCase):
+    def test_a_folder_only_suggests_its_chapter(self):
+        args = grade.parse_args(["--", "./build/01-blocking-single/run_server"])
+        self.assertEqual(args.chapter, 0)
+        self.assertIn("--chapter 1", args.suggestion)
+        args = grade.parse_args(["--chapter", "1", "--", "./build/01-blocking-single/run_server"])
+        self.assertEqual((args.chapter, args.suggestion), (1, ""))
+
     def test_from_the_folder_in_the_path(self):
         self.assertEqual(grade.chapter_from_path("./build/01-blocking-single/run_server"), 1)
         self.assertEqual(grade.chapter_from_path("build/06-io_uring-advanced/run_server"), 6)
@@ -51,19 +62,88 @@ class Chapter(unittest.TestCase):
 
 
 class Scoring(unittest.TestCase):
-    def test_skipped_checks_count_for_nothing_and_a_category_of_skips_is_left_out(self):
+    def test_the_total_is_out_of_every_category_whatever_was_skipped(self):
         a = grade.Category("a", 10, ["A.*"], [])
         b = grade.Category("b", 20, ["B.*"], [])
         chosen = [("t1", "A.x", a), ("t2", "A.y", a), ("t3", "A.z", a), ("t4", "B.x", b)]
         results = {"t1": ("passed", 1), "t2": ("failed", 1), "t3": ("skipped", 1), "t4": ("skipped", 1)}
         rows, total, possible = grade.score(chosen, results, [a, b])
-        self.assertEqual((rows[0]["score"], rows[1]["score"]), (5.0, None))
-        self.assertEqual((total, possible), (5.0, 10))
+        self.assertEqual((rows[0]["score"], rows[1]["score"]), (5.0, 0.0))
+        self.assertEqual((total, possible), (5.0, 30))
+
+    def test_a_check_the_command_lacks_is_lost(self):
+        a = grade.Category("a", 10, ["A.*"], [])
+        rows, total, possible = grade.score([("t1", "A.x", a), ("t2", "A.y", a)],
+                                            {"t1": ("passed", 1), "t2": ("lacking", 1)}, [a])
+        self.assertEqual((rows[0]["lacking"], total, possible), (1, 5.0, 10))
+
+    def test_skips_for_what_the_command_lacks_are_told_apart(self):
+        self.assertEqual(grade.classify("skipped", "needs `--idle-timeout 1`, a flag of this repository's servers"),
+                         "lacking")
+        self.assertEqual(grade.classify("skipped", "serves files: put {root} in the command where the folder..."),
+                         "lacking")
+        self.assertEqual(grade.classify("skipped", "io_uring unavailable: ..."), "skipped")
+        self.assertEqual(grade.classify("failed", "a flag of this repository's servers"), "failed")
 
     def test_a_check_not_run_is_lost(self):
         a = grade.Category("a", 10, ["A.*"], [])
         rows, total, _ = grade.score([("t1", "A.x", a), ("t2", "A.y", a)], {"t1": ("passed", 1)}, [a])
         self.assertEqual((rows[0]["not run"], total), (1, 5.0))
+
+
+class Usage(unittest.TestCase):
+    def usage_error(self, argv):
+        args = grade.parse_args(argv)
+        with self.assertRaises(grade.UsageError) as e:
+            grade.check_command(args)
+        return str(e.exception)
+
+    def test_a_command_that_cannot_run_is_a_usage_error(self):
+        self.assertIn("does not exist", self.usage_error(["--", "./no/such/server"]))
+        self.assertIn("not an executable", self.usage_error(["--", grade.HERE]))
+        self.assertIn("not found in PATH", self.usage_error(["--", "no-such-server-psp"]))
+
+    def test_the_static_profile_needs_root(self):
+        self.assertIn("put {root} in the command",
+                      self.usage_error(["--profile", "static", "--", "python3", "-m", "http.server", "{port}"]))
+        grade.check_command(grade.parse_args(["--profile", "static", "--", "python3", "s.py", "{port}", "{root}"]))
+
+    def test_the_listening_line_may_say_localhost(self):
+        self.assertEqual(grade.LISTENING.fullmatch("listening on http://localhost:8080/").group(1), "8080")
+        self.assertIsNone(grade.LISTENING.fullmatch("listening on http://example.com:8080/"))
+
+    def test_each_passes_the_options_on_but_not_each_or_report(self):
+        self.assertEqual(grade.each_options(["--quick", "--each", "s/*/run.sh", "--report", "r", "--chapter", "1"]),
+                         ["--quick", "--chapter", "1"])
+        self.assertEqual(grade.submission_name("submissions/alice/run.sh"), "alice")
+        self.assertEqual(grade.submission_name("submissions/bob.py"), "bob.py")
+
+
+class EachFolder(unittest.TestCase):
+    def test_a_line_per_submission_with_its_own_exit_status(self):
+        """Two submissions: one that gets full marks, one whose run.sh is not executable (a usage error, 2)."""
+        with tempfile.TemporaryDirectory(prefix="psp-each-") as top:
+            server = os.path.join(grade.HERE, "static_server.py")
+            for name, mode in (("alice", 0o755), ("bob", 0o644)):
+                os.makedirs(os.path.join(top, "submissions", name))
+                run = os.path.join(top, "submissions", name, "run.sh")
+                with open(run, "w") as f:
+                    f.write(f'#!/bin/sh\nexec {sys.executable} {server} "$1" "$2"\n')
+                os.chmod(run, mode)
+            reports = os.path.join(top, "reports")
+            out = subprocess.run([sys.executable, os.path.join(grade.HERE, "grade.py"), "--suite", SUITE,
+                                  "--profile", "static", "--rubric", os.path.join(grade.HERE, "conventions.ini"),
+                                  "--quick", "--report", reports, "--each",
+                                  os.path.join(top, "submissions", "*", "run.sh"), "--", "{submission}", "{port}",
+                                  "{root}"], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+            with open(os.path.join(reports, "grades.csv")) as f:
+                rows = {r["name"]: r for r in csv.DictReader(f)}
+            self.assertEqual((rows["alice"]["score"], rows["alice"]["exit"]), ("100.0", "0"))
+            self.assertEqual(rows["bob"]["exit"], "2")
+            self.assertIn("not an executable file", rows["bob"]["first_cause"])
+            with open(os.path.join(reports, "grades.jsonl")) as f:
+                self.assertEqual([json.loads(line)["name"] for line in f], ["alice", "bob"])
 
 
 class Rubric(unittest.TestCase):

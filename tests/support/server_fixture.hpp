@@ -263,6 +263,17 @@ inline ::testing::AssertionResult is_ok_response(const HttpResponse& r, bool hea
   return ::testing::AssertionSuccess();
 }
 
+// The last `n` lines of `text` (a server's stderr), at most 2,000 bytes of them, for a failure's message.
+inline std::string last_lines(const std::string& text, int n) {
+  std::size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;  // a final newline ends the last line
+  std::size_t start = end;
+  for (int i = 0; i < n && start != std::string::npos; ++i)
+    start = start == 0 ? std::string::npos : text.rfind('\n', start - 1);
+  const std::string tail = start == std::string::npos ? text : text.substr(start + 1);
+  return tail.size() > 2000 ? "..." + tail.substr(tail.size() - 2000) : tail;
+}
+
 template <typename Param>
 class ServerFixture : public ::testing::TestWithParam<Param> {
  protected:
@@ -280,7 +291,19 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
       ::testing::Test::RecordProperty("transcript", Transcript::text());  // the grader's report shows it
     if (!server_) return;
     if (server_->running()) server_->stop(SIGTERM, deadline_in(3s));
+    // A server killed by a crash signal failed, whatever the test checked: no test sends these signals (and the
+    // SIGTERM above cannot turn into one). Checked after the stop, since a crashing process may close its sockets,
+    // and so end the test, a moment before it can be reaped.
+    if (const auto status = server_->try_reap(); status && status->state == ExitStatus::State::killed) {
+      const int sig = status->signal;
+      if (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP ||
+          sig == SIGSYS)
+        ADD_FAILURE() << "the server crashed (SIG" << sigabbrev_np(sig) << ") during this check; the last lines of "
+                      << "its stderr:\n" << last_lines(server_->err(), 10);
+    }
     const std::string err = server_->err();
+    if (::testing::Test::HasFailure() && !err.empty())
+      ::testing::Test::RecordProperty("stderr", last_lines(err, 10));  // the grader's report shows it
     for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
                                "runtime error:"}) {
       if (err.find(marker) != std::string::npos) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Proves the grader's verdict on one server: its exit status, its score, and sentences its report must hold.
+
+    check_verdict.py [--exit N] [--score X] [--says TEXT]... [grade.py options] -- COMMAND [ARGS...]
+
+Grades COMMAND with tests/grader/grade.py (into a temporary folder) and checks that grade.py exited N (default 0),
+that the total was X (default: not checked), and that report.md holds each TEXT. Run by CTest for the fixtures of
+real servers' conventions (tests/grader/CMakeLists.txt); exit status 0 when the verdict was the stated one.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main(argv):
+    at = argv.index("--")
+    options, command = argv[:at], argv[at + 1:]
+    want_exit, want_score, says, grade_args = 0, None, [], []
+    i = 0
+    while i < len(options):
+        if options[i] in ("--exit", "--score", "--says"):
+            value = options[i + 1]
+            if options[i] == "--exit":
+                want_exit = int(value)
+            elif options[i] == "--score":
+                want_score = float(value)
+            else:
+                says.append(value)
+            i += 2
+        else:
+            grade_args.append(options[i])
+            i += 1
+    with tempfile.TemporaryDirectory(prefix="psp-verdict-") as report:
+        run = subprocess.run([sys.executable, os.path.join(HERE, "grade.py"), *grade_args, "--report", report,
+                              "--", *command], capture_output=True, text=True)
+        print(run.stdout[-4000:], run.stderr[-2000:], sep="", end="")
+        try:
+            with open(os.path.join(report, "report.md")) as f:
+                text = f.read()
+            with open(os.path.join(report, "report.json")) as f:
+                score = json.load(f)["score"]
+        except (OSError, ValueError, KeyError):
+            text, score = run.stderr, None
+    problems = []
+    if run.returncode != want_exit:
+        problems.append(f"grade.py exited {run.returncode}, not {want_exit}")
+    if want_score is not None and score != want_score:
+        problems.append(f"the score was {score}, not {want_score:g}")
+    problems += [f"the report does not say: {s!r}" for s in says if s not in text]
+    for p in problems:
+        print("FAIL:", p)
+    if not problems:
+        print("ok: the verdict was the stated one")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
