@@ -56,6 +56,14 @@ inline bool contains_ci(std::string_view haystack, std::string_view needle) {
   return lower(haystack).find(lower(needle)) != std::string::npos;
 }
 
+// A byte as a message shows it: itself if printable, else \xNN, so that a NUL is told from a dot.
+inline std::string shown_byte(char c) {
+  if (std::isprint(static_cast<unsigned char>(c))) return std::string(1, c);
+  static const char hex[] = "0123456789abcdef";
+  const auto b = static_cast<unsigned char>(c);
+  return {'\\', 'x', hex[b >> 4], hex[b & 15]};
+}
+
 // Owns one file descriptor. Deliberately not common/net.hpp's Fd: the harness shares no code with the servers it
 // judges, so a bug there cannot hide itself from the tests.
 class Fd {
@@ -162,7 +170,7 @@ class Transcript {
     for (char c : bytes.substr(0, kBytes - std::min(kBytes, kept.size()))) {
       if (c == '\r') kept += "\\r";
       else if (c == '\n') kept += what == std::string_view("sent") ? "\\n" : " | ";
-      else kept += std::isprint(static_cast<unsigned char>(c)) ? c : '.';
+      else kept += shown_byte(c);
     }
   }
 };
@@ -271,9 +279,10 @@ inline Parse parse_response(std::string& buffer, bool head, HttpResponse& out, s
     r.headers.emplace_back(line.substr(0, colon), value);
   }
   // RFC 9112 6.3 rules 1 and 2: these responses end at their empty line.
-  const bool no_body = head || r.status / 100 == 1 || r.status == 204 || r.status == 304;
+  const bool bodiless_status = r.status / 100 == 1 || r.status == 204 || r.status == 304;
+  const bool no_body = head || bodiless_status;
   const int lengths = r.header_count("Content-Length");
-  if (course_framing() && lengths != 1 && !(no_body && lengths == 0 && !head)) {
+  if (course_framing() && lengths != 1 && !(bodiless_status && lengths == 0)) {
     error = "response needs exactly one Content-Length header (this course's contract; RFC 9112 6.3 would also "
             "allow a chunked body or one that ends with the connection):\n" + r.head_text();
     return Parse::malformed;
@@ -532,8 +541,7 @@ class Client {
     for (char c : bytes.substr(0, 300)) {
       if (c == '\r') out += "\\r";
       else if (c == '\n') out += "\\n";
-      else if (std::isprint(static_cast<unsigned char>(c))) out += c;
-      else out += '.';
+      else out += shown_byte(c);
     }
     return out + (bytes.size() > 300 ? "'..." : "'");
   }

@@ -392,7 +392,10 @@ class Download {
     while (!finished()) {
       pollfd p{client_.fd(), POLLIN, 0};
       if (::poll(&p, 1, poll_timeout_ms(deadline)) == 0) {
-        fail("timed out after " + std::to_string(received_) + " of " + std::to_string(length_) + " body bytes");
+        if (state_ == State::head)  // no length to speak of yet: say what did come
+          fail("timed out waiting for the response head; received so far: " + Client::preview(client_.buffered()));
+        else
+          fail("timed out after " + std::to_string(received_) + " of " + std::to_string(length_) + " body bytes");
         break;
       }
       on_readable();
