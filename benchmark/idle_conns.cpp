@@ -22,6 +22,7 @@
 //      benchmark.sh's idle mode measures busy clients beside them meanwhile;
 //   5. checks that the server closed none of the held connections (dropped), releases them all with a reset
 //      (so no TIME_WAIT sockets linger to disturb the next run), and checks that a new client is served again.
+//      Every holder counts before any releases: see holder_process().
 //
 // Output: one line of key=value pairs on stdout, parsed by benchmark.sh; diagnostics on stderr.
 // Exit status: 0 when it ran (whatever it found), 1 when it could not run, 2 on a bad argument.
@@ -465,25 +466,44 @@ long local_ports() {
 
 // ---- The holder processes -------------------------------------------------------------------------------
 
-// What one holder process reports on its pipe, once when its connections are open and once after SIGTERM.
+// What one holder process reports to the parent, once when its connections are open and once after SIGTERM.
 struct Counts {
   long held = 0, refused = 0, closed = 0, blocked = 0, dropped = 0, untried = 0;
 };
 
-void report(int fd, const Holder& holder) {
+// False when the parent is gone (MSG_NOSIGNAL: an EPIPE, not a SIGPIPE that would end us before the release).
+bool report(int fd, const Holder& holder) {
   char line[160];
   const int length = std::snprintf(line, sizeof line, "%ld %ld %ld %ld %ld %ld\n", holder.count(State::Held),
                                    holder.count(State::Refused), holder.count(State::Closed), holder.blocked(),
                                    holder.count(State::Dropped), holder.untried());
-  if (write(fd, line, static_cast<std::size_t>(length)) != length) _exit(1);
+  return send(fd, line, static_cast<std::size_t>(length), MSG_NOSIGNAL) == length;
 }
 
-// A child: opens `count` connections from `source`, reports, holds them until SIGTERM, reports again.
-[[noreturn]] void holder_process(const Options& options, int count, in_addr source, int pipe_fd) {
+// Blocks until the parent closes its end of the socket pair (or dies): the signal to release.
+void wait_for_release(int fd) {
+  for (char byte;;) {
+    const ssize_t n = read(fd, &byte, 1);
+    if (n == 0 || (n < 0 && errno != EINTR)) return;
+  }
+}
+
+// A child: opens `count` connections from `source`, reports, holds them until SIGTERM, reports again, and
+// releases them once the parent closes its end of `report_fd` (a socket pair: the child writes its reports there,
+// and reads EOF when the parent closes its end).
+//
+// The release waits for that, and not just for the second report, because of what happens at a server's limit:
+// the moment one holder resets its connections, the server has descriptors again, accepts connections that
+// waited in its accept queue for other holders, and answers them. A holder that had not yet reported would count
+// those as held too, and the sum would be connections that were never open at once: 25,509 "held" by a server
+// that had 20,000 descriptors. So every holder reports (a snapshot, all taken while nothing is released), and
+// only then does any of them release.
+[[noreturn]] void holder_process(const Options& options, int count, in_addr source, int report_fd) {
   g_child_count = 0;                 // the siblings started before it are not its to stop
-  // The read ends of its elder siblings' pipes came with fork(): close them, they would take its descriptors.
-  close_range(3, static_cast<unsigned>(pipe_fd) - 1, 0);
-  close_range(static_cast<unsigned>(pipe_fd) + 1, ~0U, 0);
+  // The parent's ends of its elder siblings' pairs came with fork(): close them, they would take its descriptors
+  // (and a sibling would never see its EOF while a copy of that end is open here).
+  close_range(3, static_cast<unsigned>(report_fd) - 1, 0);
+  close_range(static_cast<unsigned>(report_fd) + 1, ~0U, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the parent dies, release the connections too
   if (getppid() == 1) _exit(1);
   Holder holder(options, count, source);
@@ -496,16 +516,17 @@ void report(int fd, const Holder& holder) {
     holder.poll_events(100);
     if (holder.blocked() < pending) pending = holder.blocked(), progress = Clock::now();
   }
-  report(pipe_fd, holder);
-  while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
-  report(pipe_fd, holder);
+  if (report(report_fd, holder)) {
+    while (g_release == 0) holder.poll_events(1000);  // idle: wakes only if the server closes one
+    if (report(report_fd, holder)) wait_for_release(report_fd);  // every holder's count first, then the resets
+  }
   holder.release_all();
   _exit(0);
 }
 
 struct Child {
   pid_t pid = -1;
-  FILE* reports = nullptr;  // the read end of its pipe
+  FILE* reports = nullptr;  // the parent's end of its socket pair; closing it tells the holder to release
 };
 
 bool read_counts(FILE* reports, Counts& total) {
@@ -524,7 +545,7 @@ std::vector<Child> start_holders(const Options& options, int per_process) {
   for (int first = 0, k = 0; first < options.connections; first += per_process, ++k) {
     const int count = std::min(per_process, options.connections - first);
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0) break;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) break;
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
@@ -555,11 +576,10 @@ void stop_holders(std::vector<Child>& children) {
   for (const Child& child : children) kill(child.pid, SIGTERM);
 }
 
+// Tells every holder to release (all at once: each resets its own connections), then waits for them all.
 void reap(std::vector<Child>& children) {
-  for (Child& child : children) {
-    fclose(child.reports);
-    waitpid(child.pid, nullptr, 0);
-  }
+  for (Child& child : children) fclose(child.reports);
+  for (Child& child : children) waitpid(child.pid, nullptr, 0);
 }
 
 std::string ms_text(double ms) {
@@ -576,7 +596,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  // Each holder keeps a few descriptors of its own (epoll, the pipe, stdio) and, from its own source address,
+  // Each holder keeps a few descriptors of its own (epoll, its socket pair, stdio) and, from its own source address,
   // uses one local port per connection.
   const long most = std::min(raise_fd_limit() - 32, kSourcesPerHolder * local_ports() - 64);
   const int per_process = static_cast<int>(options.per_process > 0 ? std::min<long>(options.per_process, most)
