@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import time
 
@@ -215,7 +216,6 @@ def check_environment(session: Session, machine: dict[str, str], host: Host, sta
 
 def command_path(name: str) -> str:
     """command -v NAME: its path, or "" when it is not in PATH."""
-    import shutil
     return shutil.which(name) or ""
 
 

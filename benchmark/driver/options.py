@@ -142,7 +142,8 @@ def words(text: str) -> list[str]:
 
 def validate(o: Options, has_build_target) -> Options:
     """Fills the defaults by mode and refuses what cannot work, in the order of today's checks (the first one
-    that fails is the one reported). has_build_target(build_dir, folder) names the CMake target that builds FOLDER/run_server ("" for none)."""
+    that fails is the one reported). has_build_target(build_dir, folder) names the CMake target that builds
+    FOLDER/run_server ("" for none)."""
     if o.mode not in MODES:
         raise UsageError("--mode must be throughput, connections, files, idle or latency")
     if o.mode == "idle":
@@ -242,7 +243,8 @@ def resolve_servers(o: Options, has_build_target) -> list[str]:
                 found = folder
         # Any other folder of the build directory with a run_server in it (an optional build, e.g. 07-asio-uring).
         if not found and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name) and (
-                os.access(os.path.join(o.build_dir, name, "run_server"), os.X_OK) or has_build_target(o.build_dir, name)):
+                os.access(os.path.join(o.build_dir, name, "run_server"), os.X_OK)
+                or has_build_target(o.build_dir, name)):
             found = name
         if not found:
             raise UsageError(f"unknown server '{name}' (expected 01..07, or a folder of {o.build_dir} that holds "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import string
@@ -211,7 +212,6 @@ class Server:
         # No worker can open more descriptors than the hard limit, and each allocates its whole connection table
         # at start: a million-entry table per worker would not fit in memory.
         files = max_conns * 2
-        import resource
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         if hard != resource.RLIM_INFINITY:
             files = min(files, hard)

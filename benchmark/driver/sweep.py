@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .measure import MEASURED, Pass, Target, begin_pass, measure_run, warm_up
+from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
 from .servers import Server
-from .session import FILES, BODY_BYTES, CsvTable, Session, no_commas
+from .session import FILES, CsvTable, Session, no_commas
 
 # raw.csv's columns. The summary keeps the columns before `repetition` as the row's key, takes the median of the
 # others over the repetitions, and sums failed + non2xx into `failures`.
@@ -153,5 +153,3 @@ class Sweep:
         if server.exit not in (None, 0):
             s.warn(f"{spec} exited with status {server.exit} on SIGTERM (expected 0)")
 
-
-__all__ = ["Sweep", "THROUGHPUT", "FILES_SCHEMA", "BODY_BYTES", "Pass"]
