@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Proves the grader's verdict on one server: its exit status, its score, and sentences its report must hold.
 
-    check_verdict.py [--exit N] [--score X] [--says TEXT]... [grade.py options] -- COMMAND [ARGS...]
+    check_verdict.py [--exit N] [--score X | --score-between LOW HIGH] [--says TEXT]... [grade.py options]
+                     -- COMMAND [ARGS...]
 
 Grades COMMAND with tests/grader/grade.py (into a temporary folder) and checks that grade.py exited N (default 0),
-that the total was X (default: not checked), and that report.md holds each TEXT. Run by CTest for the fixtures of
-real servers' conventions (tests/grader/CMakeLists.txt); exit status 0 when the verdict was the stated one.
+that the total was X, or within LOW and HIGH (default: not checked), and that report.md holds each TEXT. Run by
+CTest for the fixtures of real servers' conventions and for real servers (tests/grader/CMakeLists.txt); exit status
+0 when the verdict was the stated one.
 """
 
 import json
@@ -20,10 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def main(argv):
     at = argv.index("--")
     options, command = argv[:at], argv[at + 1:]
-    want_exit, want_score, says, grade_args = 0, None, [], []
+    want_exit, want_score, between, says, grade_args = 0, None, None, [], []
     i = 0
     while i < len(options):
-        if options[i] in ("--exit", "--score", "--says"):
+        if options[i] == "--score-between":
+            between = (float(options[i + 1]), float(options[i + 2]))
+            i += 3
+        elif options[i] in ("--exit", "--score", "--says"):
             value = options[i + 1]
             if options[i] == "--exit":
                 want_exit = int(value)
@@ -51,6 +56,8 @@ def main(argv):
         problems.append(f"grade.py exited {run.returncode}, not {want_exit}")
     if want_score is not None and score != want_score:
         problems.append(f"the score was {score}, not {want_score:g}")
+    if between is not None and (score is None or not between[0] <= score <= between[1]):
+        problems.append(f"the score was {score}, not between {between[0]:g} and {between[1]:g}")
     problems += [f"the report does not say: {s!r}" for s in says if s not in text]
     for p in problems:
         print("FAIL:", p)

@@ -497,7 +497,43 @@ def clean(message):
     message = re.sub(r"^\S+\.(?:cpp|hpp):\d+\n(?:Failed\n)?", "", message.strip())
     body, _, trace = message.partition("\nGoogle Test trace:\n")
     steps = [re.sub(r"^\S+\.(?:cpp|hpp):\d+: ", "", line) for line in trace.splitlines() if line.strip()]
+    body = re.sub(r"\d+-byte object <[0-9A-F -]*>", "(a value the check names above)", body)  # GoogleTest's dump
     return "\n".join([f"while: {s}" for s in reversed(steps)] + [body.strip()])
+
+
+GTEST_NOISE = ("while:", "Value of:", "Actual:", "Expected:", "Which is:", "Expected equality", "Failed",
+               "Expected:", "  ")
+
+
+def cause_of(message):
+    """The line of a failure that says what went wrong, without GoogleTest's "Value of: r / Actual: false" frame."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if line.lstrip().startswith("Actual: false ("):  # an assertion's own words, in GoogleTest's parentheses
+            return line.split("(", 1)[1].rstrip(":)").strip()
+        if not line.lstrip().startswith(GTEST_NOISE) and not line.startswith("  "):
+            return line.strip()
+    return lines[0].strip() if lines else ""
+
+
+def root_causes(checks):
+    """[(cause, [checks])], the most checks first: failures grouped by their cause, numbers made alike, so that
+    one defect seen by nine checks reads as one line."""
+    groups = {}
+    for c in checks:
+        if c["result"] not in ("failed", "lacking", "not run"):
+            continue
+        cause = cause_of(c["message"]) or "(no message)"
+        cause = cause.replace(f" during {c['check']}", "").split("; the last lines of its stderr")[0]
+        key = re.sub(r"\d+", "N", cause)
+        groups.setdefault(key, (cause, []))[1].append(c["check"])
+    return sorted(groups.values(), key=lambda g: -len(g[1]))
+
+
+def some(names, shown=3):
+    """The first few of a list, and how many more: 'A, B, C and 6 more'."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 # ---- score and reports ---------------------------------------------------------------------------------------------
@@ -563,6 +599,11 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     for r in rows:
         md.append(f"| {r['category']} | {r['score']:g} | {r['points']:g} | {r['passed']} | {r['failed']} "
                   f"| {r['lacking']} | {r['skipped']} |")
+    causes = root_causes(checks) if not note else []
+    if causes:
+        md += ["", "## Root causes", "", "Failures grouped by what went wrong, the most checks first:", ""]
+        md += [f"- {cause} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
+               for cause, names in causes]
     if performance:
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
     failed = [c for c in checks if c["result"] in ("failed", "not run")]
@@ -601,9 +642,10 @@ def first_cause(note, checks):
     """One line for a table of submissions: why the server did not start, else the first failure's first line."""
     if note:
         return note
-    for c in checks:
-        if c["result"] in ("failed", "lacking", "not run") and c["message"].strip():
-            return f"{c['check']}: {c['message'].strip().splitlines()[0][:200]}"
+    causes = root_causes(checks)
+    if causes:
+        cause, names = causes[0]
+        return f"{cause[:200]} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
     return ""
 
 
@@ -796,6 +838,8 @@ def main(argv):
     print(f"report: {os.path.join(args.report, 'report.md')} and report.json")
     if note:
         print(note)
+    for cause, names in root_causes(json.load(open(os.path.join(args.report, "report.json")))["checks"])[:3]:
+        print(f"cause: {cause[:160]} ({len(names)} check{'s' if len(names) > 1 else ''})")
     if args.suggestion:
         print(f"note: {args.suggestion}")
     lost = counts["failed"] + counts["lacking"] + counts["not run"]
