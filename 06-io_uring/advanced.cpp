@@ -341,6 +341,7 @@ class Loop {
     switch (t.op) {
       case Op::kRecv:
         if (features.multishot_recv) return on_received(c, res, done.flags);
+        if (res == -EAGAIN) return arm_recv(c);  // not ready after all: the same recv again (see on_sent)
         if (c.state == State::kLingering) return discard(c, res);
         if (res <= 0) return close_conn(c);  // 0: EOF; <0: the client reset the connection, ...
         c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
@@ -401,8 +402,9 @@ class Loop {
 
   // [excerpt:accept]
   // Accepted sockets are non-blocking for sendfile()'s sake (see send_more): io_uring's recv, send and poll wait for
-  // readiness themselves whatever the flag. So is the listener: recent kernels ignore that for IORING_OP_ACCEPT and
-  // wait (checked on 6.18); some 5.x kernels completed it with -EAGAIN at once, which takes the error path: no spin.
+  // readiness themselves whatever the flag, all but always (see on_sent). So is the listener: recent kernels ignore
+  // that for IORING_OP_ACCEPT and wait (checked on 6.18); some 5.x kernels completed it with -EAGAIN at once, which
+  // takes the error path: no spin.
   void arm_accept() {
     io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -580,10 +582,17 @@ class Loop {
     c.since = Clock::now();  // progress, or the start: the reader has --idle-timeout from now to take more
   }
 
-  // kSend: part of the head is out. kWritable: the socket has room again. Anything else (a reset, EPIPE) ends the
-  // connection with a reset: its response cannot be completed.
+  // kSend: part of the head is out. kWritable: the socket has room again. -EAGAIN: not ready after all, so the same
+  // send again (kRecv: the same recv), whose new SQE waits by poll: no spin. An operation that io_uring hands to a
+  // worker thread (io-wq: after many spurious wake-ups, or with no memory for its poll) runs there as a blocking
+  // call, and a SENDMSG or RECVMSG answers it with -EAGAIN on a non-blocking socket (liburing issue #364). SEND and
+  // RECV, used here, do not pass the socket's O_NONBLOCK on (io_uring/net.c): their worker waits. -EAGAIN stays
+  // a result io_uring may give, never an end; blocking sockets (Seastar's cure) would make sendfile() block the loop.
+  // Anything else (a reset, EPIPE) ends the connection with a reset: its response cannot be completed.
   void on_sent(Conn& c, Op op, int res) {
-    if (op == Op::kPipeToSocket && res == -EAGAIN) return wait_writable(c);  // --splice: the socket is full
+    // --splice: the socket is full. A splice runs in a worker, never by poll: issued again at once, it would spin.
+    if (op == Op::kPipeToSocket && res == -EAGAIN) return wait_writable(c);
+    if (res == -EAGAIN) return send_more(c);
     if (res <= 0) return close_conn(c, End::kReset);
     if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
     if (op != Op::kSend && op != Op::kWritable) file_progress(c, op, static_cast<std::size_t>(res));  // the flags'
@@ -886,7 +895,7 @@ class Loop {
   // again; after -ENOBUFS at once, since take_buffer() has given back the buffers of the CQEs before this one.
   void on_received(Conn& c, int res, unsigned flags) {
     if (!(flags & IORING_CQE_F_MORE)) c.receiving = false;
-    bool paused = res == -ENOBUFS || res == -ECANCELED;
+    bool paused = res == -ENOBUFS || res == -ECANCELED || res == -EAGAIN;  // -EAGAIN: see on_sent
     if (res == 0 || (res < 0 && !paused)) c.read_ended = true;
     if (c.state == State::kLingering) return paused ? arm_recv(c) : discard(c, res);
     if (c.state != State::kReading) {
