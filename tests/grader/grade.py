@@ -516,6 +516,17 @@ def cause_of(message):
     return lines[0].strip() if lines else ""
 
 
+# How tests/support/client.hpp words the ways an exchange fails: a root cause starts there, whatever step came first.
+CLIENT_WORDS = ("server closed the connection", "connection failed:", "timed out waiting", "malformed status line",
+                "malformed header line", "response needs exactly one Content-Length", "bad Content-Length",
+                "send: ", "connect: ")
+
+
+# The check whose plain GET every other check of the profile relies on: when it fails, the report says so first.
+PREREQUISITE = {"course": "Http.GetAndHeadHaveExactHeadersAndBody",
+                "static": "StaticFiles.EachTypeWithItsContentTypeLengthAndLastModified"}
+
+
 def root_causes(checks):
     """[(cause, [checks])], the most checks first: failures grouped by their cause, numbers made alike, so that
     one defect seen by nine checks reads as one line."""
@@ -525,6 +536,10 @@ def root_causes(checks):
             continue
         cause = cause_of(c["message"]) or "(no message)"
         cause = cause.replace(f" during {c['check']}", "").split("; the last lines of its stderr")[0]
+        # "response 0: server closed the connection ...; received: 1024 bytes '...'" and "warm-up client 3: server
+        # closed ..." are one cause: the client's words from where they start, without what came with them.
+        at = min((cause.find(p) for p in CLIENT_WORDS if p in cause), default=0)
+        cause = cause[at:].split("; received")[0]
         key = re.sub(r"\d+", "N", cause)
         groups.setdefault(key, (cause, []))[1].append(c["check"])
     return sorted(groups.values(), key=lambda g: -len(g[1]))
@@ -601,8 +616,13 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                   f"| {r['lacking']} | {r['skipped']} |")
     causes = root_causes(checks) if not note else []
     if causes:
-        md += ["", "## Root causes", "", "Failures grouped by what went wrong, the most checks first:", ""]
-        md += [f"- {cause} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
+        md += ["", "## Root causes", ""]
+        first = next((c for c in checks if c["check"] == PREREQUISITE[args.profile] and c["result"] == "failed"), None)
+        if first:
+            md += [f"**Fix this first**: {first['check']} failed ({cause_of(first['message'])[:200]}). Almost every "
+                   "other check starts with a plain request like it, so many failures below may be this one.", ""]
+        md += ["Failures grouped by what went wrong, the most checks first:", ""]
+        md += [f"- {cause[:200]} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
                for cause, names in causes]
     if performance:
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
