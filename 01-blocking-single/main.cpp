@@ -31,6 +31,7 @@ namespace {
 // what the client still sends is read and thrown away until it closes too, so that no RST destroys the response
 // before the client has read it; at the request deadline, or when a send fails, with a reset.
 void serve(Fd client, const Options& opts) {
+  const OnlyConnection registered(client.get());  // a stop shuts its reading side: see lifecycle.hpp
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet read by `reader`: the rest of a request, pipelined ones
   http::RequestReader reader(opts.max_body);  // where this connection's request stands (common/http.hpp)
@@ -43,7 +44,7 @@ void serve(Fd client, const Options& opts) {
       return reset_connection(client.get());  // the client waits for "100 Continue" before sending its body
     if (p.status != http::Parse::kComplete) {  // read more
       if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
-      long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
+      long n = recv_before(client.get(), in, deadline);  // retries EINTR (Ctrl-Z, fg) with the time left
       if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
       if (n <= 0) return;  // EOF or an error: the client ended it
       continue;

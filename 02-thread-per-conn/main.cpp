@@ -46,7 +46,7 @@ void serve(Fd client, OpenConnections& open, const Options& opts) {
       return reset_connection(client.get());  // the client waits for "100 Continue" before sending its body
     if (p.status != http::Parse::kComplete) {  // read more
       if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
-      long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
+      long n = recv_before(client.get(), in, deadline);  // retries EINTR (Ctrl-Z, fg) with the time left
       if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
       if (n <= 0) return;  // EOF or an error: the client ended it
       continue;
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
       }).detach();
     } catch (const std::system_error&) {
       Fd refused(fd);  // the thread never existed, so the connection is still ours to answer and close
-      send_whole(refused.get(), refuse(503));
+      const bool sent = send_whole(refused.get(), refuse(503));
+      end_refused(std::move(refused), sent);  // gracefully, without holding up this loop (closing.hpp)
     }
   }
   // [/excerpt:accept-loop]

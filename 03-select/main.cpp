@@ -135,7 +135,8 @@ class Loop {
       int fd = client.get();
       if (fd >= FD_SETSIZE) {  // FD_SET() would write past the end of the fd_set: refuse this one, stay up
         Outgoing refusal = refuse(503);
-        send_some(fd, refusal);  // best effort; then the Fd closes it
+        const bool sent = send_some(fd, refusal) == SendProgress::kDone;  // a fresh socket takes 100 bytes at once
+        end_refused(std::move(client), sent);  // select() cannot watch it linger: a thread does (closing.hpp)
         continue;
       }
       Conn& c = conns_[fd];
@@ -176,7 +177,7 @@ class Loop {
         if (progress == SendProgress::kFailed) return reset_conn(c);  // the peer reset or vanished, or the file shrank
         c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
         if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
-        if (!c.out.keep_alive || stopping_) return start_lingering(c);  // the graceful end
+        if (!c.out.keep_alive) return start_lingering(c);  // the graceful end (a stop's responses say close)
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
@@ -197,6 +198,9 @@ class Loop {
       run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
       start_writing(c, respond(opts_, p.request));
     }
+    // Stopping, and between requests (a response that went out as keep-alive before the stop): a plain close, as
+    // begin_stop() closes the others.
+    if (stopping_ && c.state == State::kReading) return close_conn(c);
     watch(c);
   }
   // [/excerpt:advance]

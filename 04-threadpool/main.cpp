@@ -102,7 +102,7 @@ void serve(Fd client, ConnectionQueue& queue, OpenConnections& open, const Optio
       return reset_connection(client.get());  // the client waits for "100 Continue" before sending its body
     if (p.status != http::Parse::kComplete) {  // read more
       if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
-      long n = set_recv_deadline(client.get(), deadline) ? recv_into(client.get(), in) : -2;
+      long n = recv_before(client.get(), in, deadline);  // retries EINTR (Ctrl-Z, fg) with the time left
       if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
       if (n <= 0) return;  // EOF or an error: the client ended it
       continue;
@@ -153,7 +153,9 @@ int main(int argc, char** argv) {
   for (;;) {
     Fd client = accept_or_stop(listener[0].get());
     if (!client.valid()) break;  // SIGINT or SIGTERM: stop accepting
-    if (!queue.try_push(client)) send_whole(client.get(), refuse(503));  // full: refuse, never grow
+    if (queue.try_push(client)) continue;
+    const bool sent = send_whole(client.get(), refuse(503));  // full: refuse, never grow
+    end_refused(std::move(client), sent);  // gracefully, without holding up this loop (closing.hpp)
   }
   // [/excerpt:accept-loop]
 

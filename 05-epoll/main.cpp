@@ -186,7 +186,7 @@ class Loop {
         if (progress == SendProgress::kFailed) return reset_conn(c);  // the peer reset or vanished, or the file shrank
         c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
         if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
-        if (!c.out.keep_alive || stopping_) return start_lingering(c);  // the graceful end
+        if (!c.out.keep_alive) return start_lingering(c);  // the graceful end (a stop's responses say close)
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
@@ -207,6 +207,9 @@ class Loop {
       run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
       start_writing(c, respond(opts_, p.request));
     }
+    // Stopping, and between requests (a response that went out as keep-alive before the stop): a plain close, as
+    // begin_stop() closes the others.
+    if (stopping_ && c.state == State::kReading) return close_conn(c);
     watch(c);
   }
   // [/excerpt:advance]

@@ -456,7 +456,7 @@ class Loop {
 
   // The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
   void response_sent(Conn& c) {
-    if (!c.out.keep_alive || stopping_) return linger(c);
+    if (!c.out.keep_alive) return linger(c);  // as the response said: a stop's say close (respond()); see process()
     c.since = Clock::now();
     process(c);
   }

@@ -20,6 +20,8 @@
 //
 //   end_after_response(fd, sent)  blocking sockets (01, 02, 04): linger_before_close(), or reset if the response
 //                            did not go out whole; the caller's Fd then closes
+//   end_refused(client, sent) a 503 at accept (02, 03, 04): the graceful end too, on a thread of its own, so that
+//                            the accepting thread goes on accepting
 //   Lingering                the event loops (03, 05, 06, 07): the deadline and the byte count of one connection's
 //                            LINGERING state; discard_input() reads a non-blocking socket for it
 //   reset_connection(fd)     arm the reset: the close() that follows sends an RST
@@ -28,13 +30,17 @@
 // close_conn()), so that a model with a registry of open connections (02, 04) removes the entry first.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <system_error>
+#include <thread>
 
 #include "net.hpp"
 #include "timers.hpp"
@@ -91,8 +97,9 @@ inline bool discard_input(int fd, Lingering& lingering) {
 }
 
 // Blocking sockets: the graceful end, up to the close, which stays the caller's (its Fd). Each recv() waits at most
-// until the deadline (SO_RCVTIMEO); a stop signal (EINTR) ends the wait at once, and 02's and 04's stop reaches a
-// thread here through shutdown(SHUT_RD), which makes recv() return 0.
+// until the deadline (SO_RCVTIMEO, set again each time to what is left). A stop reaches a thread here through
+// shutdown(SHUT_RD), which makes recv() return 0 (lifecycle.hpp: OpenConnections, OnlyConnection); an EINTR is
+// only a signal, or a stop and continue (Ctrl-Z, fg), and the wait goes on.
 inline void linger_before_close(int fd) {
   if (!shutdown_writing(fd)) return;
   Lingering lingering(Lingering::Clock::now());
@@ -103,6 +110,7 @@ inline void linger_before_close(int fd) {
     timeval tv = to_timeval(left);
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ssize_t n = ::recv(fd, scratch, sizeof scratch, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0 || !lingering.discarded(static_cast<std::size_t>(n), Lingering::Clock::now())) return;
   }
 }
@@ -118,4 +126,52 @@ inline void reset_connection(int fd) {
 inline void end_after_response(int fd, bool sent_whole) {
   if (sent_whole) linger_before_close(fd);
   else reset_connection(fd);
+}
+
+// A connection refused at accept with 503 (02: no thread could be created for it; 03: its number is past
+// FD_SETSIZE, so select() cannot watch it; 04: the queue is full). Its client may have sent its request and more,
+// so it ends gracefully like any other: a plain close would reset it, and the client would lose the 503. But the
+// accepting thread must not linger itself: it would stop accepting for up to kLingerTotal per refused client
+// (04's workers would run out of queued connections meanwhile), and a flood of refused clients would stall the
+// server. So each lingers on a short-lived thread of its own, at most kLingeringRefusals at once: a flood pins
+// that many threads and sockets for kLingerTotal at most. Past that, or when no thread can be created (02's
+// case, most likely), the end that needs no waiting: our FIN, then what the client has already sent is thrown
+// away, so that the close finds nothing unread and sends a FIN, not a reset (what comes later meets a closed
+// socket). The threads are detached: a stop does not wait for them, and the process's exit closes their sockets.
+constexpr int kLingeringRefusals = 16;
+
+namespace detail {
+inline std::atomic<int> lingering_refusals{0};
+
+inline void end_without_waiting(int fd) {
+  if (!shutdown_writing(fd)) return;
+  char scratch[4096];
+  std::size_t thrown_away = 0;
+  ssize_t n;
+  while (thrown_away < kLingerMaxBytes && (n = ::recv(fd, scratch, sizeof scratch, MSG_DONTWAIT)) > 0)
+    thrown_away += static_cast<std::size_t>(n);
+}
+}  // namespace detail
+
+inline void end_refused(Fd client, bool sent_whole) {
+  if (!sent_whole) return reset_connection(client.get());
+  if (detail::lingering_refusals.fetch_add(1) < kLingeringRefusals) {
+    const int fd = client.release();
+    try {
+      std::thread([fd] {
+        {
+          Fd refused(fd);
+          ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // 03's sockets are non-blocking; this one waits
+          linger_before_close(fd);
+        }
+        restore_spare();  // the number is free again: a spare lost at the descriptor limit takes it (net.hpp)
+        --detail::lingering_refusals;
+      }).detach();
+      return;
+    } catch (const std::system_error&) {
+      client.reset(fd);  // no thread: the connection is still ours to end
+    }
+  }
+  --detail::lingering_refusals;
+  detail::end_without_waiting(client.get());
 }

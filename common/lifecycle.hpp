@@ -7,6 +7,9 @@
 //                      in their select/epoll/poll set (or read it on io_uring) to wake up
 //   OpenConnections    the blocking models' connections (02, 04): a stop wakes every thread blocked in recv() on
 //                      one, then gives the requests already read up to 2 s to be answered
+//   OnlyConnection     01's one connection: the signal handler itself wakes its recv() the same way
+//   recv_before()      the blocking models' wait for request bytes: until the request deadline, however often a
+//                      stop and continue (Ctrl-Z, fg) interrupts it
 //
 // The stop protocol: stop accepting, finish the responses already being handled (each ends gracefully, see
 // closing.hpp), close idle connections, reset whatever is still open when the grace is over, exit 0.
@@ -28,6 +31,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <string>
 
 #include "closing.hpp"
 #include "net.hpp"
@@ -39,8 +43,10 @@ inline std::atomic<bool> stop_flag{false};
 inline int stop_eventfd = -1;
 
 inline std::atomic<std::int64_t> stop_time_ns{0};  // steady_clock's reading when the first stop signal came
+inline std::atomic<int> only_connection{-1};       // 01's connection while it is served (see OnlyConnection)
 
-inline void on_stop_signal(int) {  // async-signal-safe: clock_gettime(), an atomic store and a write()
+// Async-signal-safe: clock_gettime(), atomics, write() and shutdown() are all on POSIX's list.
+inline void on_stop_signal(int) {
   const int saved_errno = errno;  // the interrupted code may be about to read errno: leave it as it was
   if (!stop_flag.load()) {
     timespec now{};
@@ -51,6 +57,7 @@ inline void on_stop_signal(int) {  // async-signal-safe: clock_gettime(), an ato
   std::uint64_t one = 1;
   ssize_t ignored = ::write(stop_eventfd, &one, sizeof one);
   (void)ignored;
+  if (int fd = only_connection.load(); fd >= 0) ::shutdown(fd, SHUT_RD);  // see OnlyConnection
   errno = saved_errno;
 }
 }  // namespace detail
@@ -146,6 +153,39 @@ class OpenConnections {
   std::set<int> fds_;
   bool stopping_ = false;
 };
+
+// 01: how a stop reaches its one connection. 01 checks stop_requested() and then blocks in recv(); a signal that
+// comes between the two would find nobody to notice it, and the recv() would wait for the request deadline (up to
+// --idle-timeout, an hour if asked) instead of the stop's grace. 02 and 04 close that gap with OpenConnections:
+// their main thread shuts the reading side of every connection, and a recv() that has not started yet returns 0
+// as surely as one that is waiting. 01 has no other thread to do it, so its signal handler does the same for the
+// one connection registered here. The registration is an atomic, and the handler runs on 01's only thread, so it
+// never sees a number that has been closed (and perhaps reused) meanwhile. Declare it after the Fd it names, so
+// that it is removed before the Fd closes the descriptor. One thread only: with several, the handler could run on
+// another thread while this one closes the descriptor.
+class OnlyConnection {
+ public:
+  explicit OnlyConnection(int fd) { detail::only_connection.store(fd); }  // a stop before this: serve() checks
+  ~OnlyConnection() { detail::only_connection.store(-1); }
+  OnlyConnection(const OnlyConnection&) = delete;
+  OnlyConnection& operator=(const OnlyConnection&) = delete;
+};
+
+// Blocking models: recv_into() with the request deadline, the one place where a blocking recv() waits for a
+// request. -2 once the deadline has passed (close with a reset), else what recv_into() returns.
+//
+// EINTR is not the stop here. On Linux a recv() with SO_RCVTIMEO fails with EINTR after the process is stopped
+// and continued (Ctrl-Z then fg, a debugger, kill -STOP and -CONT), even with no handler (signal(7)): the
+// connection is fine, so the recv() starts again, with SO_RCVTIMEO set to the time that is left (a second full
+// timeout would move the deadline). The stop reaches the wait as end of file, through shutdown(SHUT_RD)
+// (OpenConnections, OnlyConnection); an EINTR once stop_requested() ends it too.
+inline long recv_before(int fd, std::string& buffer, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    if (!set_recv_deadline(fd, deadline)) return -2;
+    long n = recv_into(fd, buffer);
+    if (n != -1 || errno != EINTR || stop_requested()) return n;
+  }
+}
 
 // Blocking models: waits until the listening socket has a connection or a stop is requested. Returns the new
 // connection, or an invalid Fd once stop_requested(). (Waiting in poll() rather than in accept() is what lets a

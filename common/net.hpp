@@ -258,8 +258,8 @@ inline bool send_some(int fd, const std::string& data, std::size_t& offset) {
 // Appends what can be read now to `buffer`. Returns >0 bytes read, 0 on EOF, -1 on error and -2 for "nothing
 // now" (EAGAIN: no data yet on a non-blocking socket; on a blocking one, the SO_RCVTIMEO idle timeout passed).
 // Reads at most 4 KiB, so a client cannot grow a buffer much past the 8 KiB head limit before the parser answers.
-// EINTR counts as an error: only the stop signal interrupts a call here (its handler has no SA_RESTART, see
-// lifecycle.hpp), and a connection that is waiting for a request has nothing in flight, so it may close.
+// EINTR gives -1 with errno EINTR: on a blocking socket it is no error of the connection's (a signal, or a stop
+// and continue), and recv_before() (lifecycle.hpp) retries it; a non-blocking recv() never waits, so never sees it.
 inline long recv_into(int fd, std::string& buffer) {
   char chunk[4096];
   ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);

@@ -73,6 +73,14 @@ constexpr off_t kSendfileMax = 0x7ffff000;
 // The answer to a well-formed request: the fixed 1 KB body without --root, else the file (or 301/304/403/404...).
 // Called when the simulated handler's wait is over. HEAD: the same headers, no body and no file.
 inline Outgoing respond(const Options& opts, const http::Request& request) {
+  // A stopping server closes each connection after the response it is working on, so that response says
+  // "Connection: close" (RFC 9112 9.6): a client that read "keep-alive" could send its next request for nothing.
+  // (07 does the same with its own stop flag.)
+  if (request.keep_alive && stop_requested()) {
+    http::Request last = request;
+    last.keep_alive = false;
+    return respond(opts, last);
+  }
   Outgoing out;
   out.keep_alive = request.keep_alive;
   if (opts.root_fd < 0) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -136,6 +138,59 @@ TEST(OpenConnections, StopGivesUpAfterTheGrace) {
 
 TEST(AcceptOrStop, WaitsInsteadOfSpinningWhenStuckAtTheLimit) {
   EXPECT_EXIT(stuck_accept_scenario(), ::testing::ExitedWithCode(0), "");
+}
+
+// 01's race, made certain: the stop signal comes after serve() checked stop_requested() and before its recv()
+// begins. The handler shuts the registered connection's reading side, so the recv() returns end of file at once
+// instead of waiting for the request deadline. (In a child process: the stop flag stays set for good.)
+[[noreturn]] void stop_between_check_and_recv() {
+  start_process();
+  Pair p = connected_pair();
+  if (!p.server.valid()) std::_Exit(2);
+  const OnlyConnection registered(p.server.get());
+  if (stop_requested()) std::_Exit(3);  // serve()'s check: no stop yet
+  ::raise(SIGTERM);                     // ...and here it comes
+  std::string in;
+  const auto start = std::chrono::steady_clock::now();
+  const long n = recv_before(p.server.get(), in, start + 10s);
+  if (n != 0) std::_Exit(4);  // -2: it waited for the deadline
+  if (std::chrono::steady_clock::now() - start > 1s) std::_Exit(5);
+  std::_Exit(0);
+}
+
+TEST(OnlyConnection, AStopBetweenTheCheckAndTheRecvEndsTheWait) {
+  EXPECT_EXIT(stop_between_check_and_recv(), ::testing::ExitedWithCode(0), "");
+}
+
+// A signal that is not a stop (here SIGUSR1 with a handler and no SA_RESTART; after Ctrl-Z and fg the kernel
+// gives the same EINTR with no handler at all) does not end the wait for a request, nor move its deadline: the
+// recv() starts again with the time that is left.
+extern "C" void ignore_signal(int) {}
+
+TEST(RecvBefore, RetriesEintrWithTheTimeLeft) {
+  Pair p = connected_pair();
+  ASSERT_TRUE(p.server.valid());
+  struct sigaction sa {}, old {};
+  sa.sa_handler = ignore_signal;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, &old), 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::promise<pthread_t> waiter;
+  auto waited = std::async(std::launch::async, [&] {
+    waiter.set_value(::pthread_self());
+    std::string in;
+    return recv_before(p.server.get(), in, start + 1s);
+  });
+  const pthread_t thread = waiter.get_future().get();
+  std::this_thread::sleep_for(500ms);  // the thread is in recv() by now, half way to its deadline
+  ::pthread_kill(thread, SIGUSR1);
+  ASSERT_EQ(waited.wait_for(5s), std::future_status::ready);
+  const auto elapsed_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_EQ(waited.get(), -2) << "the interrupted recv() ended the wait";
+  EXPECT_GE(elapsed_ms, 1000);
+  EXPECT_LT(elapsed_ms, 1400) << "a second full timeout after the interruption would end near 1500 ms";
 }
 
 }  // namespace
