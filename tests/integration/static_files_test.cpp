@@ -712,6 +712,33 @@ TEST_P(StaticFiles, LookupErrorsKeepTheConnection) {
   }
 }
 
+// RFC 9112 6.3: a request body is framed by Content-Length or by the chunked coding, and the next request starts
+// where it ends; a recipient MUST parse the chunked coding (7.1). A GET with a body (its meaning is undefined, but its
+// framing is not) and a chunked one, each with a request pipelined behind it: the server answers each request, or,
+// as a general server may, answers and then closes the connection, saying "Connection: close" (RFC 9112 9.6). What
+// it must not do is take the body for the next request.
+TEST_P(StaticFiles, RequestBodiesAreFramedAndThePipelinedRequestServed) {
+  if (!launch_static()) return;
+  const StaticRoot& root = static_root();
+  const std::string bodies[] = {
+      request("GET", "/notes.txt", "HTTP/1.1", "Content-Length: 11\r\n") + "GET /x HTTP",
+      request("GET", "/notes.txt", "HTTP/1.1", "Transfer-Encoding: chunked\r\n") + "b\r\nGET /x HTTP\r\n0\r\n\r\n",
+  };
+  for (const std::string& first : bodies) {
+    Client c = connect();
+    ASSERT_TRUE(c.ok()) << c.error();
+    ASSERT_TRUE(c.send(first + get("/index.html"), deadline_in(kIoTimeout))) << c.error();
+    const auto r = c.read_response(deadline_in(kIoTimeout));
+    ASSERT_TRUE(r) << c.error();
+    if (general_server_rules() && r->status >= 400 && r->status < 500 && r->ends_connection()) continue;
+    EXPECT_TRUE(is_file(*r, root.file("/notes.txt"))) << Client::preview(first);
+    if (general_server_rules() && r->ends_connection()) continue;
+    const auto next = c.read_response(deadline_in(kIoTimeout));
+    ASSERT_TRUE(next) << "the request after the body of " << Client::preview(first) << ": " << c.error();
+    EXPECT_TRUE(is_file(*next, root.file("/index.html"))) << "the request after the body of " << Client::preview(first);
+  }
+}
+
 TEST_P(StaticFiles, PipelinedFileRequestsAnsweredInOrder) {
   if (!launch_static()) return;
   const StaticRoot& root = static_root();
