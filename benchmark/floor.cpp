@@ -79,17 +79,20 @@ constexpr std::size_t kDateAt = 36;  // where the Date value starts in the respo
 constexpr std::size_t kDateSize = 29;
 
 // A listener on 127.0.0.1:port; with SO_REUSEPORT every loop has its own and the kernel spreads connections.
-int listen_on(int port) {
+// `probe`: bind without SO_REUSEPORT and close, only to find out that the port is free: a second copy run by the
+// same user would otherwise join the first one's group in silence (the pitfall net.hpp's listen_sockets() avoids).
+int listen_on(int port, bool probe = false) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (!probe) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // inherited by every accepted connection
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(fd, 4096) != 0) {
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      (!probe && listen(fd, 4096) != 0)) {
     std::fprintf(stderr, "error: cannot listen on 127.0.0.1 port %d: %s\n", port, std::strerror(errno));
     std::exit(1);
   }
@@ -217,6 +220,7 @@ int main(int argc, char** argv) {
 
   std::vector<int> listeners;
   int port = config.port;
+  if (port != 0) close(listen_on(port, true));
   for (int t = 0; t < config.threads; ++t) {  // the first picks the port when it is 0; the others join it
     listeners.push_back(listen_on(port));
     sockaddr_in bound{};
