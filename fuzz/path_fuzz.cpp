@@ -13,6 +13,9 @@
 //   5. Dates: a text that parses as an HTTP date formats back to exactly that text.
 //   6. A directory's redirect stays on this site: its Location starts with exactly one '/', holds only bytes a URI
 //      may hold, and, requested in turn, names the same path with a trailing slash.
+//   7. Ranges and validators: the input read as a Range field, for files of several sizes, names bytes of the
+//      file only (a part is 1 or more bytes, all before the end), whatever overflow the numbers try; read as an
+//      If-None-Match field, a list that holds our tag (appended to it) matches.
 //
 // Build and run with ./fuzz/run_fuzz.sh (it runs parser_fuzz and path_fuzz); fuzz/README.md says more.
 #include "common/files.hpp"
@@ -21,6 +24,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -108,5 +113,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
 
   if (auto t = files::parse_http_date(target))  // promise 5
     require(files::format_http_date(*t) == target, "a parsed date formats back to the same text");
+
+  for (const off_t file_size : {off_t{0}, off_t{1}, off_t{1000}, std::numeric_limits<off_t>::max()}) {  // promise 7
+    const files::Range r = files::parse_range(target, file_size);
+    if (r.kind == files::Range::kPart)
+      require(r.first >= 0 && r.length >= 1 && r.length <= file_size && r.first <= file_size - r.length,
+              "a range names bytes of the file only");
+  }
+  const std::string etag = "\"ab-cd\"";
+  const std::optional<bool> listed = files::if_none_match(std::string(target) + ", " + etag, etag);
+  require(!listed || *listed, "a list that holds our tag matches");
   return 0;
 }
