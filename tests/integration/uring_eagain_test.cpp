@@ -4,7 +4,8 @@
 // kernel has handed it to a worker thread under pressure that no test can order). The builds tested here
 // (server_06_eagain, server_06_advanced_eagain: tests/support/uring_inject_eagain.hpp) make every other recv and
 // send complete with -EAGAIN whenever its socket is not ready. A slow writer then meets it on the recvs, a slow
-// reader on the sends, and each must get every byte on a connection that is never cut short.
+// reader on the sends, a client that trickles bytes after a `Connection: close` on the lingering close's recvs, and
+// each must get every byte on a connection that is never cut short.
 
 #include <gtest/gtest.h>
 
@@ -147,6 +148,28 @@ TEST_P(UringEagain, SlowReaderOfAFileGetsEveryByte) {
     EXPECT_EQ(r.body.size(), root.body().size());
     EXPECT_TRUE(r.body == root.body()) << "the body differs from the file";
   }
+}
+
+// After a `Connection: close` response the server lingers: it reads and throws away what the client still sends
+// until the client's EOF (common/closing.hpp). The client sends a few more pieces with pauses, then its FIN: each
+// lingering recv finds nothing at first. A loop that took -EAGAIN for the end closed early, and the next piece
+// drew a reset; the lingering close ends with the server's EOF after the client's.
+TEST_P(UringEagain, LingeringOutlastsASlowTrickle) {
+  if (!launch({"--delay-us", "0", "--threads", "1"})) return;
+  Client c = connect({/*nodelay=*/true});
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_TRUE(c.send(request("GET", "/", "HTTP/1.1", "Connection: close\r\n"), deadline_in(kIoTimeout)));
+  const auto r = c.read_response(deadline_in(kIoTimeout));
+  ASSERT_TRUE(r) << c.error();
+  EXPECT_TRUE(is_ok_response(*r, false, "close"));
+  for (int piece = 0; piece < 4; ++piece) {
+    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(c.send("trailing bytes ", deadline_in(kIoTimeout))) << "piece " << piece << ": " << c.error();
+  }
+  std::this_thread::sleep_for(20ms);
+  c.half_close();
+  const Client::Closed end = c.wait_closed(deadline_in(kIoTimeout));
+  EXPECT_EQ(end, Client::Closed::eof) << Client::describe(end);
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UringEagain);
