@@ -6,6 +6,7 @@
 #   ./tests/grade.sh --quick -- ./build/05-epoll/run_server           a few checks per category, under 30 s
 #   ./tests/grade.sh --chapter 1 -- ./build/01-blocking-single/run_server   chapter 01's rules (one at a time)
 #   ./tests/grade.sh --profile static -- python3 my_server.py {port} {root}  any static-file server, any language
+#   ./tests/grade.sh --quick --report reports --each 'submissions/*/run.sh'  a folder of submissions: grades.csv
 #   ./tests/grade.sh --help                                           every option
 #
 # Exit status: 0 when every check passed, 1 when one failed, 2 on bad usage. Like tests/run_tests.sh, it first

@@ -122,7 +122,8 @@ bool refuses_links(const std::string& target, const HttpResponse& r) {
                                          << StaticRoot::kLastModified << "'";
   if (r.body != (head ? std::string() : f.body))
     return ::testing::AssertionFailure() << f.target << ": body " << Client::preview(r.body) << ", want "
-                                         << Client::preview(head ? "" : f.body);
+                                         << Client::preview(head ? "" : f.body) << ": "
+                                         << first_difference(r.body, head ? "" : f.body);
   return ::testing::AssertionSuccess();
 }
 

@@ -56,6 +56,14 @@ inline bool contains_ci(std::string_view haystack, std::string_view needle) {
   return lower(haystack).find(lower(needle)) != std::string::npos;
 }
 
+// Where two byte strings first differ, in words: "they differ from byte 1024 on (of 1024 and 2048)".
+inline std::string first_difference(std::string_view got, std::string_view want) {
+  std::size_t at = 0;
+  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+  return "they differ from byte " + std::to_string(at) + " on (of " + std::to_string(got.size()) + " and " +
+         std::to_string(want.size()) + ")";
+}
+
 // A byte as a message shows it: itself if printable, else \xNN, so that a NUL is told from a dot.
 inline std::string shown_byte(char c) {
   if (std::isprint(static_cast<unsigned char>(c))) return std::string(1, c);
