@@ -60,6 +60,8 @@ def parse_args(argv):
     p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
     p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
+    p.add_argument("--memory", type=int, default=16384, metavar="MIB",
+                   help="the address space each server process may use (RLIMIT_AS), in MiB: 16384; 0 for no cap")
     p.add_argument("--perf", action="store_true",
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
@@ -201,6 +203,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def cap_memory():
+    """In the server's child process, before exec: the address space tests/grade.sh --memory allows (as the suite's
+    ServerProcess does, from the same PSP_GRADE_MEMORY_MB)."""
+    mb = int(os.environ.get("PSP_GRADE_MEMORY_MB", "0") or 0)
+    if mb > 0:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
+
+
 def start(command, root, extra=()):
     """Starts the server as the suite does: (process, port, None) once it accepts a connection, else
     (None, None, one sentence saying why not)."""
@@ -211,7 +222,7 @@ def start(command, root, extra=()):
         words += ["--port", "0", *extra]
     try:
         proc = subprocess.Popen(words, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=cap_memory)
     except OSError as e:
         return None, None, f"the command does not start: {e.strerror} ({words[0]})."
     why = None
@@ -803,6 +814,7 @@ def main(argv):
         return 2
     if args.each:
         return grade_each(args, argv)
+    os.environ["PSP_GRADE_MEMORY_MB"] = str(args.memory)  # for the suite's servers and for start()'s
     env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
                PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
@@ -858,7 +870,7 @@ def main(argv):
     print(f"report: {os.path.join(args.report, 'report.md')} and report.json")
     if note:
         print(note)
-    for cause, names in root_causes(json.load(open(os.path.join(args.report, "report.json")))["checks"])[:3]:
+    for cause, names in ([] if note else root_causes(json.load(open(os.path.join(args.report, "report.json")))["checks"]))[:3]:
         print(f"cause: {cause[:160]} ({len(names)} check{'s' if len(names) > 1 else ''})")
     if args.suggestion:
         print(f"note: {args.suggestion}")

@@ -112,6 +112,20 @@ class Usage(unittest.TestCase):
         self.assertEqual(grade.LISTENING.fullmatch("listening on http://localhost:8080/").group(1), "8080")
         self.assertIsNone(grade.LISTENING.fullmatch("listening on http://example.com:8080/"))
 
+    def test_a_server_runs_under_the_memory_cap(self):
+        os.environ["PSP_GRADE_MEMORY_MB"] = "300"
+        try:
+            script = "import resource, sys; sys.exit(str(resource.getrlimit(resource.RLIMIT_AS)))"
+            _, _, why = grade.start([sys.executable, "-c", script, "{port}"], "/tmp")
+        finally:
+            del os.environ["PSP_GRADE_MEMORY_MB"]
+        self.assertIn(f"({300 << 20}, {300 << 20})", why)
+
+    def test_a_server_that_rejects_port_gets_a_hint(self):
+        script = "import sys; sys.exit('error: unrecognized arguments: --port 0')"
+        _, _, why = grade.start([sys.executable, "-c", script], "/tmp")
+        self.assertIn("put {port} in the command", why)
+
     def test_each_passes_the_options_on_but_not_each_or_report(self):
         self.assertEqual(grade.each_options(["--quick", "--each", "s/*/run.sh", "--report", "r", "--chapter", "1"]),
                          ["--quick", "--chapter", "1"])

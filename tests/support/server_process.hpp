@@ -71,6 +71,14 @@ struct SpawnOptions {
   std::optional<rlim_t> nofile;
 };
 
+// The address space a graded server may use, from tests/grade.sh --memory (PSP_GRADE_MEMORY_MB; none when unset or
+// 0): a server that reads a 5 GiB file into memory fails its check instead of taking the grading machine down.
+inline std::optional<rlim_t> graded_memory_cap() {
+  const char* mb = std::getenv("PSP_GRADE_MEMORY_MB");
+  if (mb == nullptr || std::atoll(mb) <= 0) return std::nullopt;
+  return static_cast<rlim_t>(std::atoll(mb)) << 20;
+}
+
 class ServerProcess {
  public:
   ServerProcess(std::string path, std::vector<std::string> args, SpawnOptions options = {})
@@ -241,6 +249,7 @@ class ServerProcess {
     for (auto& a : args_) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     const pid_t parent = ::getpid();
+    const std::optional<rlim_t> address_space = graded_memory_cap();  // RLIMIT_AS, read before fork()
 
     pid_ = ::fork();
     if (pid_ < 0) {
@@ -252,6 +261,10 @@ class ServerProcess {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       ::setsid();  // its own session and process group: stopping it stops what it started (a wrapper's server)
+      if (address_space) {
+        const rlimit limit{*address_space, *address_space};
+        if (::setrlimit(RLIMIT_AS, &limit) != 0) child_fail(err_write.get(), "setrlimit(RLIMIT_AS) failed\n");
+      }
       if (options.nofile) {
         const rlimit limit{*options.nofile, *options.nofile};
         if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) child_fail(err_write.get(), "setrlimit failed\n");
