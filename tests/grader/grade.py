@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Grades an HTTP server with the integration suite: run by tests/grade.sh (which installs and builds first).
 
-    grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR]
-             [--timeout S] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+    grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR] [--timeout S]
+             [--memory MIB] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+    grade.py [options] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
 
 The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
 PSP_GRADE_COMMAND (tests/support/server_fixture.hpp). This script only chooses the checks from the rubric, runs
-them with a time limit, prints a line per check, and scores and reports what came back. Standard library only.
+them with a time limit, prints a line per check, and scores and reports what came back, out of every point of the
+profile. It is the subreaper of what the server starts, and stops what is left at the end. Standard library only.
 
-Exit status: 0 when every check that ran passed, 1 when one failed (or the server never started), 2 on bad usage.
+Exit status: 0 when every check passed, 1 when one did not (or the server never started), 2 on bad usage or a
+command that cannot be graded as given.
 """
 
 import argparse
