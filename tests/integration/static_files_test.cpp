@@ -1152,6 +1152,7 @@ TEST_P(StaticFiles, IfNoneMatchWithTheETagIs304) {
     const char* method;
     std::string fields;
     int status;
+    bool both_evaluated_may_send_200 = false;  // see below
   };
   const Case cases[] = {
       {"GET", "If-None-Match: " + etag + "\r\n", 304},
@@ -1160,7 +1161,7 @@ TEST_P(StaticFiles, IfNoneMatchWithTheETagIs304) {
       {"GET", "If-None-Match: " + (weak ? etag : "W/" + etag) + "\r\n", 304},
       {"GET", "If-None-Match: *\r\n", 304},
       {"GET", "If-None-Match: \"another\"\r\n", 200},
-      {"GET", "If-None-Match: " + etag + "\r\n" + ims_old, 304},        // the date says modified: not looked at
+      {"GET", "If-None-Match: " + etag + "\r\n" + ims_old, 304, true},  // the date says modified: not looked at
       {"GET", "If-None-Match: \"another\"\r\n" + ims_now, 200},         // the date says not modified: not looked at
       {"GET", "If-None-Match: " + etag + "\r\n" + range_field("bytes=0-9"), 304},
   };
@@ -1169,6 +1170,13 @@ TEST_P(StaticFiles, IfNoneMatchWithTheETagIs304) {
     const bool head = std::string_view(k.method) == "HEAD";
     const auto r = ask_or_reconnect(c, request(k.method, "/notes.txt", "HTTP/1.1", k.fields), head);
     ASSERT_TRUE(r) << c.error();
+    // RFC 9110 13.1.3 says a recipient MUST ignore If-Modified-Since beside If-None-Match, but nginx (1.22), the
+    // static profile's reference, sends a 304 only when both say "not modified". A client sends the two from the
+    // same 200, so they agree and the difference never shows; the general profile lets this contrived case go.
+    if (general_server_rules() && k.both_evaluated_may_send_200 && r->status == 200) {
+      EXPECT_TRUE(is_file(*r, notes, head));
+      continue;
+    }
     if (k.status == 304) {
       EXPECT_TRUE(is_not_modified(*r, notes, etag));
     } else {
