@@ -198,8 +198,7 @@ class Loop {
       run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
       start_writing(c, respond(opts_, p.request));
     }
-    // Stopping, and between requests (a response that went out as keep-alive before the stop): a plain close, as
-    // begin_stop() closes the others.
+    // Stopping, and between requests (its response said keep-alive before the stop): closed, as in begin_stop().
     if (stopping_ && c.state == State::kReading) return close_conn(c);
     watch(c);
   }
