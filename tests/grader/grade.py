@@ -261,15 +261,17 @@ def start(command, root, extra=()):
             except OSError:
                 time.sleep(0.05)
                 continue
-            # A daemon's child may take the first connection while the process we started is exiting 0.
+            # A daemon's child may take the first connection while the process we started is exiting 0. Any other
+            # end after accepting (a crash on a connection closed before a byte, say) is for the checks to report.
             try:
                 proc.wait(timeout=0.3)
             except subprocess.TimeoutExpired:
                 return proc, port, None
-            if proc.returncode == 0:
-                why = ("the server exited 0 before accepting a connection itself: it went into the background (a "
-                       "daemon). Run it in the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader "
-                       "can stop it.")
+            if proc.returncode != 0:
+                return proc, port, None
+            why = ("the server exited 0 before accepting a connection itself: it went into the background (a "
+                   "daemon). Run it in the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader "
+                   "can stop it.")
     stop(proc)
     return None, None, why
 

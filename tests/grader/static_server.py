@@ -114,11 +114,17 @@ def main():
             "crash_on_missing": "--crash-on-missing" in modes})
     server = Server(("127.0.0.1", port), functools.partial(handler, directory=root))
     if "--daemonize" in modes:
-        # The classic daemon: fork, the parent exits 0 once the child listens. This one also gives up after 60 s,
-        # so that it never outlives a grader that failed to stop it by much.
+        # The classic daemon: fork, the child leaves the session (setsid), the parent exits 0 once it has. This one
+        # also gives up after 60 s, so that it never outlives a grader that failed to stop it by much.
+        detached, tell = os.pipe()
         if os.fork() > 0:
+            os.close(tell)
+            os.read(detached, 1)
             os._exit(0)
         os.setsid()
+        os.write(tell, b"x")
+        os.close(tell)
+        os.close(detached)
         threading.Timer(60, lambda: os._exit(0)).start()
 
     # shutdown() waits for serve_forever() to return, and serve_forever() runs in this (the main) thread, where the
