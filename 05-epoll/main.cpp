@@ -33,6 +33,7 @@
 #include "../common/options.hpp"
 #include "../common/response.hpp"
 #include "../common/timers.hpp"
+#include "../common/workers.hpp"
 
 namespace {
 
@@ -333,7 +334,9 @@ class Loop {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opts = options_or_exit(argc, argv, {"05-epoll", default_thread_count(), ""});
+  const Model model{"05-epoll", default_thread_count(), "", {kProcessesFlag}};
+  const Options opts = options_or_exit(argc, argv, model);
+  start_workers(opts, model, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
   start_process();
   // Every loop's epoll instance exists before listen_sockets() prints "listening on", so the server is whole when
   // scripts see that line. epoll_pwait2() is Linux 5.11+, and a container's seccomp profile may refuse it: try it now.
@@ -350,7 +353,7 @@ int main(int argc, char** argv) {
   // [excerpt:threads]
   // One loop per thread, each with its own listener (SO_REUSEPORT when there are several: the kernel spreads new
   // connections across them) and its own epoll, connections and timers. Only the stop flag is shared.
-  std::vector<Fd> listeners = listen_sockets(opts, opts.threads);
+  std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
   std::vector<std::unique_ptr<Loop>> loops;
   for (int i = 0; i < opts.threads; ++i)
     loops.push_back(std::make_unique<Loop>(opts, std::move(listeners[i]), std::move(epolls[i])));

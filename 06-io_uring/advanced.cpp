@@ -53,6 +53,7 @@
 #include "../common/response.hpp"
 #include "../common/timers.hpp"
 #include "../common/uring.hpp"
+#include "../common/workers.hpp"
 
 namespace {
 
@@ -934,6 +935,7 @@ const std::vector<ExtraFlag> kFlags = {
     {"--fixed-files", nullptr, "registered (direct) descriptors for the connections (Linux 5.19); sets --splice"},
     {"--splice", nullptr, "with --root: files by two splices in kernel workers, not sendfile(); else no effect"},
     {"--send-zc", nullptr, "with --root: files by read + zero-copy send, not sendfile() (Linux 6.0); else no effect"},
+    kProcessesFlag,
 };
 const Model kModel{"06-io_uring-advanced", default_thread_count(), "", kFlags};
 
@@ -1007,9 +1009,11 @@ void probe_or_exit(Features& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opts = options_or_exit(argc, argv, kModel);
+  const Model& model = kModel;
+  const Options opts = options_or_exit(argc, argv, model);
   features = features_or_exit(opts);
   probe_or_exit(features);
+  start_workers(opts, model, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
   start_process();
   // [excerpt:threads]
   // One ring per loop, created before listening so that "io_uring is unavailable" comes before "listening on".
@@ -1017,7 +1021,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<Loop>(opts));
   // One SO_REUSEPORT listener per loop: the kernel spreads new connections over them, and no two loops ever
   // share an accept queue or a connection.
-  std::vector<Fd> listeners = listen_sockets(opts, opts.threads);
+  std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
 
   std::vector<std::thread> threads;
   for (int i = 0; i < opts.threads; ++i) threads.emplace_back(&Loop::run, loops[i].get(), std::move(listeners[i]));

@@ -34,6 +34,7 @@
 #include "../common/response.hpp"
 #include "../common/timers.hpp"
 #include "../common/uring.hpp"
+#include "../common/workers.hpp"
 
 namespace {
 
@@ -524,7 +525,9 @@ class Loop {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options opts = options_or_exit(argc, argv, {"06-io_uring", default_thread_count(), ""});
+  const Model model{"06-io_uring", default_thread_count(), "", {kProcessesFlag}};
+  const Options opts = options_or_exit(argc, argv, model);
+  start_workers(opts, model, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
   start_process();
   // [excerpt:threads]
   // One ring per loop, created before listening so that "io_uring is unavailable" comes before "listening on".
@@ -532,7 +535,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<Loop>(opts));
   // One SO_REUSEPORT listener per loop: the kernel spreads new connections over them, and no two loops ever
   // share an accept queue or a connection.
-  std::vector<Fd> listeners = listen_sockets(opts, opts.threads);
+  std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
 
   std::vector<std::thread> threads;
   for (int i = 0; i < opts.threads; ++i) threads.emplace_back(&Loop::run, loops[i].get(), std::move(listeners[i]));

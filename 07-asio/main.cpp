@@ -43,6 +43,7 @@
 #include "../common/net.hpp"
 #include "../common/options.hpp"
 #include "../common/response.hpp"
+#include "../common/workers.hpp"
 
 #if defined(PSP_ASIO_IO_URING)  // build/07-asio-uring: g++ ... -DPSP_ASIO_IO_URING main.cpp -luring
 // The same code on standalone Asio 1.22 (Debian: libasio-dev), whose sockets and timers then wait in io_uring, not
@@ -423,7 +424,8 @@ void Loop::stop() {
 
 int main(int argc, char** argv) {
   const Model model{"07-asio", default_thread_count(), "",
-                    {{"--topology", "T", "per-thread (default), single or pool: how threads share the work"}}};
+                    {{"--topology", "T", "per-thread (default), single or pool: how threads share the work"},
+                     kProcessesFlag}};
   const Options opts = options_or_exit(argc, argv, model);
   const auto flag = opts.extra.find("--topology");
   const std::string topology = flag == opts.extra.end() ? "per-thread" : flag->second;
@@ -435,6 +437,7 @@ int main(int argc, char** argv) {
     usage_error(model, "--topology single runs one thread: --threads must be 1 (or left out)");
   const int loop_count = topology == "per-thread" ? opts.threads : 1;
   const int threads_per_loop = topology == "pool" ? opts.threads : 1;
+  start_workers(opts, model, loop_count);  // --processes P: from here on, in each of P workers (workers.hpp)
 
   // Stop signals: asio::signal_set, not start_process(). Both install a SIGINT/SIGTERM handler with sigaction(),
   // and only the last one installed would run. Asio's handler tells every signal_set in the process, so each loop
@@ -446,7 +449,7 @@ int main(int argc, char** argv) {
   // SIGTERM sent as soon as a script reads that line finds Asio's handler and not the default one, which kills.
   std::vector<std::unique_ptr<Loop>> loops;
   for (int i = 0; i < loop_count; ++i) loops.push_back(std::make_unique<Loop>(opts, threads_per_loop));
-  std::vector<Fd> listeners = listen_sockets(opts, loop_count);  // one SO_REUSEPORT listener per loop
+  std::vector<Fd> listeners = worker_listen_sockets(opts, loop_count);  // one SO_REUSEPORT listener per loop
   const tcp protocol = opts.host.find(':') == std::string::npos ? tcp::v4() : tcp::v6();
   for (std::size_t i = 0; i < loops.size(); ++i) {
     Loop& loop = *loops[i];

@@ -28,7 +28,7 @@ TEST(Advanced, IsMainPlusFlags) {
   ASSERT_GT(main_lines.size(), 100u);
   ASSERT_GT(advanced.size(), main_lines.size());
   const std::set<std::string> may_differ = {
-      R"(  const Options opts = options_or_exit(argc, argv, {"06-io_uring", default_thread_count(), ""});)",
+      R"(  const Model model{"06-io_uring", default_thread_count(), "", {kProcessesFlag}};)",
   };
   // Greedy matching finds the subsequence when there is one: each line of main.cpp takes its first match after the
   // previous one's.

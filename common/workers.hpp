@@ -1,0 +1,254 @@
+// common/workers.hpp: --processes P, nginx's shape for the event loops (05, 06, 07): P worker processes, each
+// running the server's loops under a descriptor limit of its own (RLIMIT_NOFILE counts per process, so P workers
+// hold P times as many connections).
+//
+//   main()
+//     start_workers(opts, model, loops)
+//       P = 1 (the default): returns at once; nothing forks, the server is the one process it always was.
+//       P > 1: listen_sockets(opts, P x loops): every listener exists before the fork, all in one SO_REUSEPORT
+//              group, so "listening on" is printed once, with one port, even for --port 0. Then:
+//
+//         parent (never returns)                        worker k, k = 0 .. P-1 (fork() returns 0)
+//         fork worker k ------------------------------> start_workers() returns into main(), which goes on as
+//         wait: signals (signalfd), readiness, the      usual: start_process(), its loops... and
+//           next restart                                worker_listen_sockets() hands it its `loops` listeners
+//         SIGINT/SIGTERM: passed on to every worker;      (k x loops onwards) and tells the parent it is ready
+//           exit 0 once all have stopped gracefully
+//         a worker ends before it was ready: a start-up error (its own sentence), the others stop, exit 1
+//         a worker ends later, not in a stop: a new one after a backoff (100 ms, doubling to 5 s; back to 100 ms
+//           when the one that ended had run 10 s)
+//
+// The parent keeps every listener open and never accepts. So connections that the kernel gives a dead worker's
+// listener wait in its accept queue for the new worker instead of being refused. The parent starts no thread
+// (fork() copies only the calling thread: a lock another thread held would stay locked in the child), and each
+// worker makes its own epoll instances, rings, eventfds and threads after the fork: an epoll instance or an
+// eventfd inherited across fork() would be shared by every worker.
+//
+// With P > 1 the "listening on" line comes before the workers' start-up: a worker that cannot start (06 where
+// io_uring is not available, say) then says why in its one sentence after that line, and the server exits 1.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lifecycle.hpp"
+#include "net.hpp"
+#include "options.hpp"
+
+inline const ExtraFlag kProcessesFlag{"--processes", "P",
+                                      "worker processes, each running the loops under its own descriptor limit "
+                                      "(default 1)"};
+
+namespace detail {
+inline bool in_worker = false;            // set in a worker right after the fork
+inline std::vector<Fd> worker_listeners;  // a worker's share of the parent's listeners
+inline int worker_ready_fd = -1;          // a worker's end of its readiness pipe
+}  // namespace detail
+
+// --processes, checked: a whole number from 1 to 1024, or the usage and exit 2.
+inline int processes_or_exit(const Options& opts, const Model& model) {
+  const auto flag = opts.extra.find(kProcessesFlag.name);
+  if (flag == opts.extra.end()) return 1;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(flag->second.c_str(), &end, 10);
+  if (flag->second.empty() || *end != '\0' || errno != 0 || value < 1 || value > 1024)
+    usage_error(model, "--processes takes a whole number from 1 to 1024, not '" + flag->second + "'");
+  return static_cast<int>(value);
+}
+
+// In a worker: its listeners (and the parent learns that its start-up went well). Otherwise listen_sockets().
+// Call it where the server would call listen_sockets(opts, count): after everything that can fail at start-up.
+inline std::vector<Fd> worker_listen_sockets(const Options& opts, int count) {
+  if (!detail::in_worker) return listen_sockets(opts, count);
+  const char ready = 1;
+  [[maybe_unused]] ssize_t n = ::write(detail::worker_ready_fd, &ready, 1);
+  ::close(std::exchange(detail::worker_ready_fd, -1));
+  return std::move(detail::worker_listeners);
+}
+
+namespace detail {
+
+using WorkerClock = std::chrono::steady_clock;
+
+struct Worker {
+  pid_t pid = -1;                   // -1: not running (ended, a new one due at restart_at unless stopping)
+  Fd ready;                         // the read end of its readiness pipe, until it has said it is ready
+  bool started = false;             // it reached worker_listen_sockets()
+  WorkerClock::time_point born;     // when it was forked
+  WorkerClock::time_point restart_at;
+  std::chrono::milliseconds backoff{100};
+};
+
+inline std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "status " + std::to_string(status);
+}
+
+}  // namespace detail
+
+// See the top of this file. `loops`: the listeners each worker needs (its event loops).
+inline void start_workers(const Options& opts, const Model& model, int loops) {
+  using namespace std::chrono;
+  using detail::WorkerClock;
+  const int processes = processes_or_exit(opts, model);
+  if (processes == 1) return;
+  std::vector<Fd> listeners = listen_sockets(opts, processes * loops);
+
+  // The parent's signals arrive through a signalfd, read in its loop: no handler, so nothing async-signal-unsafe.
+  // Blocked before the first fork; each worker puts the mask back as it was.
+  sigset_t handled, original;
+  sigemptyset(&handled);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&handled, s);
+  ::sigprocmask(SIG_BLOCK, &handled, &original);
+  Fd signals(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals.valid()) fail_startup(std::string("cannot create a signalfd: ") + std::strerror(errno));
+  const pid_t parent = ::getpid();
+
+  std::vector<detail::Worker> workers(static_cast<std::size_t>(processes));
+  bool stopping = false, clean = true;
+  WorkerClock::time_point stop_deadline;
+
+  // Forks worker k. True in the worker (start_workers() then returns: the parent's fds it does not keep close as
+  // the locals here are destroyed); false in the parent, also when fork() failed (retried after a backoff).
+  auto fork_worker = [&](std::size_t k) -> bool {
+    detail::Worker& w = workers[k];
+    w.born = WorkerClock::now();
+    int ready[2];
+    if (::pipe2(ready, O_CLOEXEC | O_NONBLOCK) != 0) {
+      w.restart_at = w.born + w.backoff;
+      return false;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::sigprocmask(SIG_SETMASK, &original, nullptr);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the parent gone (even killed): stop gracefully too
+      if (::getppid() != parent) ::_exit(1);
+      ::close(ready[0]);
+      detail::worker_ready_fd = ready[1];
+      for (int i = 0; i < loops; ++i)
+        detail::worker_listeners.push_back(std::move(listeners[k * static_cast<std::size_t>(loops) + i]));
+      detail::in_worker = true;
+      return true;
+    }
+    ::close(ready[1]);
+    Fd read_end(ready[0]);
+    if (pid < 0) {
+      std::fprintf(stderr, "cannot start worker %zu: %s; trying again in %lld ms\n", k, std::strerror(errno),
+                   static_cast<long long>(w.backoff.count()));
+      w.restart_at = w.born + w.backoff;
+      return false;
+    }
+    w.pid = pid;
+    w.ready = std::move(read_end);
+    w.started = false;
+    return false;
+  };
+  auto signal_all = [&](int signal) {
+    for (const detail::Worker& w : workers)
+      if (w.pid > 0) ::kill(w.pid, signal);
+  };
+  auto note_ready = [](detail::Worker& w) {  // its byte, if it has written it (the pipe is non-blocking)
+    char byte;
+    if (w.ready.valid() && ::read(w.ready.get(), &byte, 1) == 1) w.started = true;
+  };
+
+  for (std::size_t k = 0; k < workers.size(); ++k)
+    if (fork_worker(k)) return;
+
+  for (;;) {
+    // Wait for a signal, a worker's readiness (or the EOF of one that died first), a restart or the stop's end.
+    const WorkerClock::time_point now = WorkerClock::now();
+    std::vector<pollfd> watched{{signals.get(), POLLIN, 0}};
+    std::vector<detail::Worker*> waiting_ready;
+    WorkerClock::time_point wake = WorkerClock::time_point::max();
+    for (detail::Worker& w : workers) {
+      if (w.pid > 0 && !w.started && w.ready.valid()) {
+        watched.push_back({w.ready.get(), POLLIN, 0});
+        waiting_ready.push_back(&w);
+      }
+      if (w.pid < 0 && !stopping) wake = std::min(wake, w.restart_at);
+    }
+    if (stopping) wake = std::min(wake, stop_deadline);
+    const int timeout = wake == WorkerClock::time_point::max()
+                            ? -1
+                            : static_cast<int>(std::max<long long>(
+                                  0, duration_cast<milliseconds>(wake - now).count() + 1));
+    ::poll(watched.data(), watched.size(), timeout);
+
+    for (std::size_t i = 1; i < watched.size(); ++i) {
+      if (watched[i].revents == 0) continue;
+      note_ready(*waiting_ready[i - 1]);  // its byte; or else the EOF of a worker that died first, reaped below
+      waiting_ready[i - 1]->ready.reset();
+    }
+
+    signalfd_siginfo info{};
+    while (::read(signals.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      if (info.ssi_signo == SIGCHLD) continue;  // reaped below, whoever it was
+      if (!stopping) stop_deadline = WorkerClock::now() + kStopGrace + seconds(3);
+      stopping = true;
+      signal_all(static_cast<int>(info.ssi_signo));  // a second Ctrl-C is passed on as well
+    }
+
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+      auto w = std::find_if(workers.begin(), workers.end(), [pid](const detail::Worker& x) { return x.pid == pid; });
+      if (w == workers.end()) continue;
+      const std::size_t k = static_cast<std::size_t>(w - workers.begin());
+      w->pid = -1;
+      note_ready(*w);
+      w->ready.reset();
+      const bool stopped_by_us = WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGINT);
+      if (stopping) {  // a worker our signal ended before it had installed its handler had nothing to finish
+        clean = clean && ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || stopped_by_us);
+        continue;
+      }
+      if (!w->started) {
+        // A start-up error. A worker that ended through fail_startup() (exit status 1) has said why already.
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 1))
+          std::fprintf(stderr, "error: worker %zu did not start (%s)\n", k, detail::describe_status(status).c_str());
+        signal_all(SIGTERM);
+        for (const detail::Worker& other : workers)
+          if (other.pid > 0) ::waitpid(other.pid, nullptr, 0);
+        std::exit(1);
+      }
+      if (WorkerClock::now() - w->born >= seconds(10)) w->backoff = milliseconds(100);  // it had been running
+      w->restart_at = WorkerClock::now() + w->backoff;
+      std::fprintf(stderr, "worker %zu (pid %d) ended unexpectedly (%s): a new one in %lld ms\n", k,
+                   static_cast<int>(pid), detail::describe_status(status).c_str(),
+                   static_cast<long long>(w->backoff.count()));
+      w->backoff = std::min(2 * w->backoff, milliseconds(5000));
+    }
+
+    const bool any_running =
+        std::any_of(workers.begin(), workers.end(), [](const detail::Worker& w) { return w.pid > 0; });
+    if (stopping && !any_running) std::exit(clean ? 0 : 1);
+    if (stopping && WorkerClock::now() >= stop_deadline) {  // their own grace is 2 s: something is stuck
+      std::fprintf(stderr, "error: a worker did not stop within %lld s of the signal: killed\n",
+                   static_cast<long long>(duration_cast<seconds>(kStopGrace).count() + 3));
+      signal_all(SIGKILL);
+      clean = false;
+      stop_deadline = WorkerClock::time_point::max();
+    }
+    if (stopping) continue;
+    for (std::size_t k = 0; k < workers.size(); ++k)
+      if (workers[k].pid < 0 && WorkerClock::now() >= workers[k].restart_at && fork_worker(k)) return;
+  }
+}
