@@ -126,17 +126,38 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
   bool stopping = false, clean = true;
   WorkerClock::time_point stop_deadline;
 
+  auto signal_all = [&](int signal) {
+    for (const detail::Worker& w : workers)
+      if (w.pid > 0) ::kill(w.pid, signal);
+  };
+  auto stop_all_and_exit_1 = [&] {  // a start-up error: the workers already started stop gracefully
+    signal_all(SIGTERM);
+    for (const detail::Worker& w : workers)
+      if (w.pid > 0) ::waitpid(w.pid, nullptr, 0);
+    std::exit(1);
+  };
+
   // Forks worker k. True in the worker (start_workers() then returns: the parent's fds it does not keep close as
-  // the locals here are destroyed); false in the parent, also when fork() failed (retried after a backoff).
-  auto fork_worker = [&](std::size_t k) -> bool {
+  // the locals here are destroyed); false in the parent. When pipe2() or fork() fails: at start-up, one sentence
+  // and exit 1; later (out of memory or processes for a moment), another try after the backoff.
+  auto fork_worker = [&](std::size_t k, bool at_startup) -> bool {
     detail::Worker& w = workers[k];
     w.born = WorkerClock::now();
-    int ready[2];
-    if (::pipe2(ready, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int ready[2] = {-1, -1};
+    const pid_t pid = ::pipe2(ready, O_CLOEXEC | O_NONBLOCK) == 0 ? ::fork() : -1;
+    if (pid < 0) {
+      const int error = errno;
+      if (ready[0] >= 0) ::close(ready[0]), ::close(ready[1]);
+      if (at_startup) {
+        std::fprintf(stderr, "error: cannot start worker %zu: %s\n", k, std::strerror(error));
+        stop_all_and_exit_1();
+      }
+      std::fprintf(stderr, "cannot start worker %zu: %s; trying again in %lld ms\n", k, std::strerror(error),
+                   static_cast<long long>(w.backoff.count()));
       w.restart_at = w.born + w.backoff;
+      w.backoff = std::min(2 * w.backoff, std::chrono::milliseconds(5000));
       return false;
     }
-    const pid_t pid = ::fork();
     if (pid == 0) {
       ::sigprocmask(SIG_SETMASK, &original, nullptr);
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the parent gone (even killed): stop gracefully too
@@ -149,21 +170,10 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
       return true;
     }
     ::close(ready[1]);
-    Fd read_end(ready[0]);
-    if (pid < 0) {
-      std::fprintf(stderr, "cannot start worker %zu: %s; trying again in %lld ms\n", k, std::strerror(errno),
-                   static_cast<long long>(w.backoff.count()));
-      w.restart_at = w.born + w.backoff;
-      return false;
-    }
     w.pid = pid;
-    w.ready = std::move(read_end);
+    w.ready = Fd(ready[0]);
     w.started = false;
     return false;
-  };
-  auto signal_all = [&](int signal) {
-    for (const detail::Worker& w : workers)
-      if (w.pid > 0) ::kill(w.pid, signal);
   };
   auto note_ready = [](detail::Worker& w) {  // its byte, if it has written it (the pipe is non-blocking)
     char byte;
@@ -171,7 +181,7 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
   };
 
   for (std::size_t k = 0; k < workers.size(); ++k)
-    if (fork_worker(k)) return;
+    if (fork_worker(k, true)) return;
 
   for (;;) {
     // Wait for a signal, a worker's readiness (or the EOF of one that died first), a restart or the stop's end.
@@ -224,10 +234,7 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
         // A start-up error. A worker that ended through fail_startup() (exit status 1) has said why already.
         if (!(WIFEXITED(status) && WEXITSTATUS(status) == 1))
           std::fprintf(stderr, "error: worker %zu did not start (%s)\n", k, detail::describe_status(status).c_str());
-        signal_all(SIGTERM);
-        for (const detail::Worker& other : workers)
-          if (other.pid > 0) ::waitpid(other.pid, nullptr, 0);
-        std::exit(1);
+        stop_all_and_exit_1();
       }
       if (WorkerClock::now() - w->born >= seconds(10)) w->backoff = milliseconds(100);  // it had been running
       w->restart_at = WorkerClock::now() + w->backoff;
@@ -249,6 +256,6 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
     }
     if (stopping) continue;
     for (std::size_t k = 0; k < workers.size(); ++k)
-      if (workers[k].pid < 0 && WorkerClock::now() >= workers[k].restart_at && fork_worker(k)) return;
+      if (workers[k].pid < 0 && WorkerClock::now() >= workers[k].restart_at && fork_worker(k, false)) return;
   }
 }
