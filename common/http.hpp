@@ -16,11 +16,12 @@
 //     |                                         `------------------------------------------'
 //     `-- malformed, or over a limit: error (the connection closes after the answer)
 //
-// The reader remembers where it stopped, so each byte is looked at once however the client splits its request
-// (a client that sends one byte at a time costs O(bytes), not O(bytes x head)). It takes what it has read out of
-// the buffer (the head once it is whole, body bytes as they come) and throws the body away: the course's handler
-// answers the same 1 KB whatever was posted, so a body is framed, counted against --max-body, and never held in
-// memory. What is left in the buffer after kComplete is the next pipelined request.
+// The reader remembers where it stopped, so each byte of a head is looked at once however the client splits it (a
+// client that sends one byte at a time costs O(bytes), not O(bytes x head)); only an unfinished chunk-size or trailer
+// line is looked at again when more of it comes, and its limit bounds that (kMaxChunkLine, kMaxHead). It takes what
+// it has read out of the buffer (the head once it is whole, body bytes as they come) and throws the body away: the
+// course's handler answers the same 1 KB whatever was posted, so a body is framed, counted against --max-body, and
+// never held in memory. What is left in the buffer after kComplete is the next pipelined request.
 //
 // Why read a body at all: the framing (Content-Length, or the chunked coding of RFC 9112 7.1, which a recipient
 // MUST be able to parse) is what tells where the next request starts. A server that cannot frame a body must close
