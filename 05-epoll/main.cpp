@@ -50,7 +50,7 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //   accept --> READING ---- request complete: arm the handler's timer ---------> WAITING
 //               ^ |  \                                                              |
 //               | |   \                                                             | the timer fires
-//               | |    `-- bad request, or no timer (--handler sleep|spin) ----> WRITING --> reset: a send failed,
+//               | |    `-- bad request, 100 Continue, or --handler sleep|spin -> WRITING --> reset: a send failed,
 //               | |                                                                 |  |     or a stalled reader
 //               | `--> close: EOF, error, stop; reset: request deadline             |  |
 //               `------------------ whole response sent, keep-alive ----------------'  | sent, and not kept:
