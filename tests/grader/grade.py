@@ -541,14 +541,47 @@ CLIENT_WORDS = ("server closed the connection", "connection failed:", "timed out
 # The check whose plain GET every other check of the profile relies on: when it fails, the report says so first.
 PREREQUISITE = {"course": "Http.GetAndHeadHaveExactHeadersAndBody",
                 "static": "StaticFiles.EachTypeWithItsContentTypeLengthAndLastModified"}
+PLAIN_GET = {"course": "GET /", "static": "a plain GET of a file"}
+
+
+def client_failure(message):
+    """True when a failure says that no valid response came back (client.hpp's words: a close, a timeout, a
+    malformed head), rather than a valid response with the wrong content."""
+    cause = cause_of(message)
+    return any(p in cause for p in CLIENT_WORDS) and "crashed (" not in message
+
+
+def mark_dependents(chosen, results, details, profile):
+    """One root cause, one failure: when the profile's plain GET got no valid response, every other check that failed
+    the same way (no valid response) did not test what it is about. It becomes "not run", still lost (the total is
+    fixed), its message pointing at the prerequisite. A check that failed otherwise (a leak, a crash, a wrong
+    status) keeps its own failure. Returns the prerequisite's check name, or ""."""
+    by_check = {check: test for test, check, _ in chosen}
+    first = by_check.get(PREREQUISITE[profile])
+    if not first or results.get(first, ("",))[0] != "failed":
+        return ""
+    if not client_failure(details.get(first, {}).get("message", "")):
+        return ""
+    prerequisite = PREREQUISITE[profile]
+    for test, check, _ in chosen:
+        result, ms, _ = results.get(test, ("", 0, ""))
+        message = details.get(test, {}).get("message", "")
+        if test != first and result == "failed" and client_failure(message):
+            results[test] = ("not run", ms, f"not run: {PLAIN_GET[profile]} did not get a valid response (see "
+                             f"{prerequisite}); here: {cause_of(message).split('; received')[0]}")
+    return prerequisite
 
 
 def root_causes(checks):
     """[(cause, [checks])], the most checks first: failures grouped by their cause, numbers made alike, so that
     one defect seen by nine checks reads as one line."""
     groups = {}
+    dependents = []
     for c in checks:
         if c["result"] not in ("failed", "lacking", "not run"):
+            continue
+        if DEPENDENT.match(c["message"]):
+            dependents.append(c)  # counted with the failure of the check it names, below
             continue
         cause = cause_of(c["message"]) or "(no message)"
         cause = cause.replace(f" during {c['check']}", "").split("; the last lines of its stderr")[0]
@@ -558,7 +591,17 @@ def root_causes(checks):
         cause = cause[at:].split("; received")[0]
         key = re.sub(r"\d+", "N", cause)
         groups.setdefault(key, (cause, []))[1].append(c["check"])
+    for c in dependents:
+        prerequisite = DEPENDENT.match(c["message"]).group(1)
+        group = next((g for g in groups.values() if prerequisite in g[1]), None)
+        if group:
+            group[1].append(c["check"])
+        else:
+            groups.setdefault(c["message"], (c["message"].split("; here:")[0], []))[1].append(c["check"])
     return sorted(groups.values(), key=lambda g: -len(g[1]))
+
+
+DEPENDENT = re.compile(r"not run: .*? did not get a valid response \(see (\S+)\)")
 
 
 def some(names, shown=3):
@@ -642,7 +685,8 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                for cause, names in causes]
     if performance:
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
-    failed = [c for c in checks if c["result"] in ("failed", "not run")]
+    dependents = [c for c in checks if c["result"] == "not run" and DEPENDENT.match(c["message"])]
+    failed = [c for c in checks if c["result"] in ("failed", "not run") and c not in dependents]
     if failed:
         md += ["", "## What failed", ""]
         for c in failed:
@@ -654,6 +698,11 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                 md += ["The last exchanges:", "", "```", c["transcript"].strip(), "```", ""]
             if c["stderr"] and c["stderr"].strip() not in c["message"]:
                 md += ["The last lines the server wrote to stderr:", "", "```", c["stderr"].strip(), "```", ""]
+    if dependents:
+        md += ["", f"## Not run: {dependents[0]['message'].split('; here:')[0][len('not run: '):]} (counted as "
+               "lost)", "", "Each of these failed the same way, with no valid response to look at; they say nothing "
+               "about what they check until that is fixed:", ""]
+        md += [f"- {c['check']}: {c['message'].split('; here: ', 1)[-1][:200]}" for c in dependents]
     lacking = [c for c in checks if c["result"] == "lacking"]
     if lacking:
         md += ["", "## Not passed: the command lacks what the check needs (counted as lost)", ""]
@@ -850,6 +899,7 @@ def main(argv):
         note = (f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed."
                 if timed_out else "")
         details = failure_details(json_path)
+        mark_dependents(chosen, results, details, args.profile)
     performance = None
     if args.perf and not why:
         print("performance: ab next to nginx, 3 rounds...", flush=True)

@@ -91,6 +91,36 @@ class Scoring(unittest.TestCase):
         self.assertEqual((rows[0]["not run"], total), (1, 5.0))
 
 
+class RootCauses(unittest.TestCase):
+    def test_checks_that_got_no_valid_response_after_the_plain_get_did_are_not_run_and_counted_once(self):
+        a = grade.Category("a", 10, ["*"], [])
+        get = "Http.GetAndHeadHaveExactHeadersAndBody"
+        chosen = [("t1", get, a), ("t2", "B.x", a), ("t3", "C.x", a), ("t4", "D.x", a)]
+        results = {"t1": ("failed", 1, ""), "t2": ("failed", 1, ""), "t3": ("failed", 1, ""), "t4": ("passed", 1, "")}
+        closed = "server closed the connection before a whole response arrived; received: 4 bytes 'HTTP'"
+        details = {"t1": {"message": closed}, "t2": {"message": "response 3: " + closed},
+                   "t3": {"message": "the file outside the root leaked: root:x:0:0"}}
+        self.assertEqual(grade.mark_dependents(chosen, results, details, "course"), get)
+        self.assertEqual([results[t][0] for t in ("t1", "t2", "t3", "t4")], ["failed", "not run", "failed", "passed"])
+        self.assertTrue(results["t2"][2].startswith(f"not run: GET / did not get a valid response (see {get})"))
+        rows, total, _ = grade.score(chosen, results, [a])
+        self.assertEqual((rows[0]["not run"], total), (1, 2.5))  # still lost: the total is fixed
+        checks = [{"check": get, "result": "failed", "message": closed},
+                  {"check": "B.x", "result": "not run", "message": results["t2"][2]},
+                  {"check": "C.x", "result": "failed", "message": details["t3"]["message"]}]
+        causes = grade.root_causes(checks)
+        self.assertEqual(causes[0], ("server closed the connection before a whole response arrived", [get, "B.x"]))
+
+    def test_a_plain_get_with_a_valid_but_wrong_answer_leaves_the_others_alone(self):
+        a = grade.Category("a", 10, ["*"], [])
+        chosen = [("t1", "Http.GetAndHeadHaveExactHeadersAndBody", a), ("t2", "B.x", a)]
+        results = {"t1": ("failed", 1, ""), "t2": ("failed", 1, "")}
+        details = {"t1": {"message": "Content-Length: 12, want 1024"},
+                   "t2": {"message": "timed out waiting for a response"}}
+        self.assertEqual(grade.mark_dependents(chosen, results, details, "course"), "")
+        self.assertEqual(results["t2"][0], "failed")
+
+
 class Usage(unittest.TestCase):
     def usage_error(self, argv):
         args = grade.parse_args(argv)
