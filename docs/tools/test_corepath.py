@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Tests of corepath.py on a scratch repository: `python3 docs/tools/test_corepath.py` (CTest: docs_core_path_tool)."""
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import corepath  # noqa: E402
+
+# A chapter whose core is its introduction (6 words, the title's 3 included), The code (2 + 5), and Labs (1, then
+# the lab's 4 and its answer's 3, "Answer" included). The box, the nav, the code and the comments do not count: 21.
+CHAPTER = """\
+# 01 · One thread
+
+<!-- nav -->
+[Contents](README.md) · [02 · Two →](02-two.md)
+<!-- /nav -->
+
+> **Core path**, about 0 words: this introduction, then [The code](#the-code) · [Labs](#labs). A section that
+> opens with **Depth** can wait for a second reading.
+
+One [linked](https://example.com/a/long/url) introduction. <!-- a comment -->
+
+## The code
+
+Five words, in a sentence.
+
+```cpp
+int main() { return 0; }  // not counted: code
+```
+
+## The numbers
+
+> **Depth**: skip on a first reading; the core path goes on at [Labs](#labs).
+
+Many words here that a first reading skips, however many there are.
+
+### A table
+
+| a | b |
+|---|--:|
+| 1 | 2 |
+
+## Labs
+
+### Lab 1.1: try it
+
+<details><summary>Answer</summary>
+
+It works.
+
+</details>
+"""
+
+
+class CorePathTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        self.write("docs/01-one.md", CHAPTER)
+        self.write("docs/README.md", "# Contents\n")  # not a chapter: never checked
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, path, text):
+        full = os.path.join(self.root, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def read(self, path):
+        with open(os.path.join(self.root, path), encoding="utf-8") as f:
+            return f.read()
+
+    def run_tool(self, *args):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = corepath.main(["--root", self.root, *args])
+        return code, out.getvalue() + err.getvalue()
+
+    def test_what_counts_as_a_word(self):
+        box, sections, top, problems = corepath.analyse(CHAPTER)
+        self.assertEqual(problems, [])
+        self.assertEqual(top, 6)  # "01 · One thread" (3) and "One linked introduction." (3)
+        self.assertEqual([(s.title, s.depth) for s in sections],
+                         [("The code", False), ("The numbers", True), ("A table", True), ("Labs", False),
+                          ("Lab 1.1: try it", False)])
+        self.assertEqual(corepath.core_words(sections, top), 6 + 7 + 1 + 7)
+        self.assertEqual(box[2], ["the-code", "labs"])
+
+    def test_the_count_is_written_then_checked(self):
+        self.write("docs/01-one.md", CHAPTER.replace("about 0 words", "about 1,000 words"))
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("the core path box says about 1,000 words, the core has 21", report)
+        self.assertIn("about 1,000 words", self.read("docs/01-one.md"))  # --check changes nothing
+        code, report = self.run_tool()
+        self.assertEqual(code, 0, report)
+        self.assertIn("about 0 words", self.read("docs/01-one.md"))  # 21, to the nearest hundred
+        self.assertEqual(self.run_tool("--check")[0], 0)
+        self.write("docs/01-one.md", CHAPTER.replace("## The code\n", "## The code\n\n" + "word " * 140 + "\n"))
+        self.assertEqual(self.run_tool("--check")[0], 1)
+        self.assertEqual(self.run_tool()[0], 0)
+        self.assertIn("about 200 words", self.read("docs/01-one.md"))
+        self.assertEqual(self.run_tool("--check")[0], 0)
+
+    def test_a_small_edit_stays_within_the_tolerance(self):
+        self.write("docs/01-one.md", CHAPTER.replace("about 0 words", "about 100 words"))
+        self.assertEqual(self.run_tool("--check")[0], 0)  # 21 words: within 100 of the box
+        self.write("docs/01-one.md", CHAPTER.replace("about 0 words", "about 200 words"))
+        self.assertEqual(self.run_tool("--check")[0], 1)
+
+    def test_a_chapter_without_a_box_fails(self):
+        self.write("docs/02-two.md", "# 02 · Two\n\nText.\n\n## Labs\n")
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/02-two.md: no core path box", report)
+        self.assertNotIn("docs/01-one.md:", report.split("problem(s)")[1])
+
+    def test_the_box_lists_every_core_section_in_order_and_nothing_else(self):
+        cases = {
+            "[The code](#the-code) · [Labs](#labs)": None,
+            "[Labs](#labs)": "core sections it does not link: #the-code",
+            "[The code](#the-code) · [The numbers](#the-numbers) · [Labs](#labs)":
+                "links to no core `##` section: #the-numbers",
+            "[Labs](#labs) · [The code](#the-code)": "not in the chapter's order",
+            "[The code](#the-code) · [Labs](#labs) · [Labs](#labs)": "it links a section twice",
+        }
+        for links, problem in cases.items():
+            text = CHAPTER.replace("[The code](#the-code) · [Labs](#labs)", links).replace("about 0", "about 100")
+            self.write("docs/01-one.md", text)
+            code, report = self.run_tool("--check")
+            if problem is None:
+                self.assertEqual(code, 0, report)
+            else:
+                self.assertEqual(code, 1, links)
+                self.assertIn(problem, report)
+
+    def test_the_depth_note_says_where_the_core_path_goes_on(self):
+        text = CHAPTER.replace("goes on at [Labs](#labs)", "goes on at [The code](#the-code)")
+        self.write("docs/01-one.md", text.replace("about 0", "about 100"))
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("the depth note of `The numbers` must end by linking where the core path goes on, "
+                      "[Labs](#labs)", report)
+
+    def test_a_subsection_can_be_depth_on_its_own(self):
+        text = CHAPTER.replace("Five words, in a sentence.\n",
+                               "Five words, in a sentence.\n\n### Aside\n\n> **Depth**: skip on a first reading; "
+                               "the core path goes on at [Labs](#labs).\n\nSkipped words.\n")
+        box, sections, top, _ = corepath.analyse(text)
+        self.assertEqual([(s.title, s.depth) for s in sections][:2], [("The code", False), ("Aside", True)])
+        self.assertEqual(corepath.core_words(sections, top), 21)
+        self.write("docs/01-one.md", text.replace("about 0", "about 100"))
+        self.assertEqual(self.run_tool("--check")[0], 0)
+
+    def test_a_lab_is_never_depth(self):
+        text = CHAPTER.replace("### Lab 1.1: try it\n",
+                               "### Lab 1.1: try it\n\n> **Depth**: skip on a first reading.\n")
+        self.write("docs/01-one.md", text.replace("about 0", "about 100"))
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("`Lab 1.1: try it` is marked depth: every lab is on the core path", report)
+
+    def test_a_long_core_fails(self):
+        long_text = CHAPTER.replace("Five words, in a sentence.\n", "word " * 3600 + "\n")
+        self.write("docs/01-one.md", long_text)
+        self.assertEqual(self.run_tool()[0], 1)  # writes the count, and still fails on the length
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("the core path has 3,616 words, over 3,500", report)
+        self.assertIn("about 3,600 words", self.read("docs/01-one.md"))
+        # The same words in a depth section are fine.
+        self.write("docs/01-one.md", CHAPTER.replace("Many words here", "word " * 3600 + "\nMany words here"))
+        self.assertEqual(self.run_tool("--check")[0], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
