@@ -478,6 +478,23 @@ TABLES: dict[str, list[Column]] = {
         Column("peak_threads", "peak threads", "%.0f"),
         Column("check", "check", "text"),
     ],
+    "scaling": [  # the server on K CPUs, wrk on the others (driver/scaling.py)
+        Column("server", "server", "server"),
+        Column("cores", "K", "%s"),
+        Column("connection", "connection", "text"),
+        Column("delay_us", "delay µs", "%s"),
+        Column("requests_per_s", "req/s", "%.0f"),
+        Column("spread_pct", "spread", "pct"),
+        Column("vs_nginx", "vs nginx", "ratio"),
+        Column("cpu_us_per_req", "CPU µs/req", "%.2f"),
+        Column("server_cpus", "server CPUs busy", "%.2f"),
+        Column("rps_per_cpu", "req/s per server CPU", "%.0f"),
+        Column("vs_floor", "vs floor (per CPU)", "ratio"),
+        Column("client_busy_pct", "client CPUs busy %", "%s"),
+        Column("client_bound", "client-bound", "text"),
+        Column("failures", "failures", "%s"),
+        Column("check", "check", "text"),
+    ],
     "latency": [  # an offered load, open loop: latency from each request's intended send time
         Column("server", "server", "server"),
         Column("rate", "offered req/s", "%s"),
@@ -494,6 +511,30 @@ TABLES: dict[str, list[Column]] = {
         Column("check", "check", "text"),
     ],
 }
+
+
+CLIENT_BOUND_PCT = 90  # --mode scaling: a row whose client CPUs were busier than this measured the client
+
+
+def scaling_columns(lines: list[str], floor: str = "floor") -> list[str]:
+    """summary.csv of the scaling mode, with two columns added before `check`: vs_floor, the row's requests per
+    server CPU second divided by the floor's at the same cores, connection and handler; and client_bound, "yes"
+    when the client's CPUs were more than CLIENT_BOUND_PCT % busy (wrk was the limit, not the server), else "no"."""
+    names = lines[0].split(",")
+    key = [names.index(name) for name in ("cores", "connection", "delay_us")]
+    per_cpu, busy, check = names.index("rps_per_cpu"), names.index("client_busy_pct"), names.index("check")
+    rows = [line.split(",") for line in lines[1:]]
+    reference = {tuple(row[i] for i in key): row[per_cpu] for row in rows if row[0] == floor}
+    out = [",".join(names[:check] + ["vs_floor", "client_bound"] + names[check:])]
+    for row in rows:
+        base = reference.get(tuple(row[i] for i in key), "n/a")
+        versus = "n/a"
+        if is_number(row[per_cpu]) and is_number(base) and awk_number(base) > 0:
+            versus = "%.2f" % (awk_number(row[per_cpu]) / awk_number(base))
+        bound = "n/a" if not is_number(row[busy]) else (
+            "yes" if awk_number(row[busy]) > CLIENT_BOUND_PCT else "no")
+        out.append(",".join(row[:check] + [versus, bound] + row[check:]))
+    return out
 
 
 def knees(lines: list[str], target_ms: float) -> list[str]:
@@ -674,7 +715,7 @@ def plot(summary_csv: str, results_dir: str, title: str, x_label: str) -> list[s
 
 class Panel(NamedTuple):
     """One panel of a plot: column y of summary.csv against column x, one line per server, from the rows where
-    column `only[0]` is `only[1]` (all rows when `only` is empty)."""
+    column `only[0]` is `only[1]`, and `only[2]` is `only[3]`, and so on (all rows when `only` is empty)."""
 
     x: str
     y: str
@@ -695,6 +736,16 @@ PANELS: dict[str, tuple[str, list[Panel]]] = {  # mode -> (gnuplot's layout, its
         Panel("idle", "cpu_us_per_req", "idle connections", "server CPU µs/req, keep-alive",
               only=("keepalive", "yes")),
     ]),
+    "scaling": ("2,2", [  # req/s against the server's cores: the curve, one line per server (the floor among them)
+        Panel("cores", "requests_per_s", "server CPUs (K)", "req/s, keep-alive, --delay-us 0", True,
+              only=("connection", "keep-alive", "delay_us", "0")),
+        Panel("cores", "requests_per_s", "server CPUs (K)", "req/s, a new connection per request, --delay-us 0",
+              True, only=("connection", "close", "delay_us", "0")),
+        Panel("cores", "rps_per_cpu", "server CPUs (K)", "req per server CPU second, keep-alive, --delay-us 0",
+              True, only=("connection", "keep-alive", "delay_us", "0")),
+        Panel("cores", "requests_per_s", "server CPUs (K)", "req/s, keep-alive, 1 ms handler", True,
+              only=("connection", "keep-alive", "delay_us", "1000")),
+    ]),
     "latency": ("1,2", [
         Panel("rate", "p99_ms", "offered load (req/s)", "p99 latency from the intended send (ms)", True, True),
         Panel("load_pct", "p99_ms", "offered load (% of the capacity ab measured)",
@@ -709,7 +760,8 @@ def panel_series(lines: list[str], panel: Panel) -> list[tuple[str, list[str]]]:
     series: dict[str, list[str]] = {}
     for line in lines[1:]:
         row = dict(zip(names, line.split(",")))
-        if panel.only and row.get(panel.only[0]) != panel.only[1]:
+        pairs = zip(panel.only[::2], panel.only[1::2])
+        if any(row.get(name) != value for name, value in pairs):
             continue
         points = series.setdefault(row["server"], [])
         if is_number(row.get(panel.x, "")) and is_number(row.get(panel.y, "")):

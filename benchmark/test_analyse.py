@@ -409,6 +409,30 @@ class PanelPlotTest(unittest.TestCase):
         self.assertIn("index 4 using 1:2 with linespoints linetype 2 title '05-epoll'", script)
 
 
+class ScalingTest(unittest.TestCase):
+    SUMMARY = csv_lines("""
+        server,cores,connection,delay_us,runs,requests_per_s,rps_per_cpu,client_busy_pct,check
+        05-epoll,1,keep-alive,0,1,75000,160000,90,ok
+        05-epoll,1,close,0,1,10000,35000,90.5,ok
+        05-epoll,1,keep-alive,1000,1,73000,140000,n/a,ok
+        floor,1,keep-alive,0,1,74000,200000,99,ok
+        floor,1,close,0,1,13000,n/a,98,ok
+    """)
+
+    def test_vs_floor_and_the_client_bound_mark(self):
+        # vs_floor: per server CPU, against the floor's row with the same cores, load and handler (none at 1 ms;
+        # n/a where the floor has no figure). Client-bound: the client's CPUs more than 90 % busy, not 90 itself.
+        self.assertEqual(analyse.scaling_columns(self.SUMMARY), [
+            "server,cores,connection,delay_us,runs,requests_per_s,rps_per_cpu,client_busy_pct,vs_floor,"
+            "client_bound,check",
+            "05-epoll,1,keep-alive,0,1,75000,160000,90,0.80,no,ok",
+            "05-epoll,1,close,0,1,10000,35000,90.5,n/a,yes,ok",
+            "05-epoll,1,keep-alive,1000,1,73000,140000,n/a,n/a,n/a,ok",
+            "floor,1,keep-alive,0,1,74000,200000,99,1.00,yes,ok",
+            "floor,1,close,0,1,13000,n/a,98,n/a,yes,ok",
+        ])
+
+
 class KneeTest(unittest.TestCase):
     SUMMARY = csv_lines("""
         server,rate,runs,requests_per_s,p99_ms,check

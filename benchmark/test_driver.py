@@ -16,11 +16,12 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import connections, idle, latency, main, options, summary, sweep, tools  # noqa: E402
+from driver import connections, idle, latency, main, options, scaling, summary, sweep, tools  # noqa: E402
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
@@ -53,6 +54,29 @@ class OptionsTest(unittest.TestCase):
         o = parse("--mode", "latency", "05")
         self.assertEqual((o.concurrencies, o.duration_s, o.servers), ([100], 5, ["05-epoll", "nginx"]))
 
+    def test_scaling_defaults_and_cores(self):
+        with mock.patch("os.sched_getaffinity", return_value=set(range(2))):
+            o = parse("--mode", "scaling")
+            self.assertEqual((o.tool, o.concurrencies, o.duration_s, o.delays, o.cores, o.keepalive),
+                             ("wrk", [256], 5, [0, 1000], [1], True))
+            self.assertEqual(o.servers, ["02-thread-per-conn", "05-epoll", "06-io_uring", "07-asio", "floor", "nginx"])
+            self.assertEqual(parse("--mode", "scaling", "--delay-us", "0", "05").delays, [0])
+            with self.assertRaises(options.UsageError) as caught:
+                parse("--mode", "scaling", "--cores", "2")
+            self.assertEqual(str(caught.exception), "--cores 2 leaves no CPU for the client (2 CPUs here)")
+        with mock.patch("os.sched_getaffinity", return_value=set(range(16))):
+            self.assertEqual(parse("--mode", "scaling").cores, [1, 2, 4, 8])
+            self.assertEqual(parse("--mode", "scaling", "--cores", "3,12").cores, [3, 12])
+        with mock.patch("os.sched_getaffinity", return_value={0}), self.assertRaises(options.UsageError):
+            parse("--mode", "scaling")
+
+    def test_scaling_cpus_and_flags(self):
+        self.assertEqual((scaling.cpu_list(0, 0), scaling.cpu_list(0, 3), scaling.client_cpus(4, 16)),
+                         ("0", "0-3", list(range(4, 16))))
+        self.assertEqual(tools.wrk_command("URL", 256, 12, "3s", headers=["Connection: close"]),
+                         ["wrk", "-t", "12", "-c", "256", "-d", "3s", "--latency", "-s", tools.WRK_DONE, "-H",
+                          "Connection: close", "URL"])
+
     def test_environment_then_command_line(self):
         o = parse("-n", "300", env={"PSP_REQUESTS": "200", "PSP_CONCURRENCY": "2,3", "PSP_KEEPALIVE": "1",
                                     "PSP_REFERENCE": "0", "PSP_SERVERS": "05", "PSP_DURATION": "2m"})
@@ -77,7 +101,12 @@ class OptionsTest(unittest.TestCase):
             ("--bogus",): "unknown option --bogus",
             ("-c",): "-c needs a value",
             ("-c", ""): "-c needs a value",
-            ("--mode", "x"): "--mode must be throughput, connections, files, idle or latency",
+            ("--mode", "x"): "--mode must be throughput, connections, files, idle, latency or scaling",
+            ("--mode", "scaling", "-t", "ab"): "--mode scaling uses wrk (one client thread per client CPU)",
+            ("--mode", "scaling", "--cores", "0"): "bad core count '0'",
+            ("--mode", "scaling", "--threads", "2"): "--mode scaling sets --threads to each core count itself",
+            ("--mode", "scaling", "-c", "1 2"): "--mode scaling takes one connection count (-c N)",
+            ("--cores", "1"): "--cores is for --mode scaling",
             ("--mode", "idle", "-t", "wrk"): "--mode idle uses ab (with and without -k, by itself)",
             ("--mode", "latency", "-t", "wrk"): "--mode latency uses openloop (and ab to measure capacity)",
             ("--mode", "latency", "-c", "1 2"): "--mode latency takes one connection count (-c N)",
@@ -136,13 +165,15 @@ BEFORE = {
             "peak_threads,check",
     "latency": "server,rate,repetition,requests_per_s,load_pct,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,mean_ms,u_p99_ms,"
                "u_p999_ms,complete,failed,non2xx,cpu_us_per_req,gen_lag_p99_ms,check",
+    "scaling": "server,cores,connection,delay_us,repetition,requests_per_s,p99_ms,complete,failed,non2xx,"
+               "cpu_us_per_req,server_cpus,rps_per_cpu,client_busy_pct,check",
     "connections": "server,connections,held,refused,closed,blocked,untried,dropped,processes,setup_s,"
                    "rss_kib_per_conn,threads_per_conn,fds_per_conn,kernel_b,server_kernel_b,client_kernel_b,"
                    "server_charged_b,available_drop_b,idle_cpu_ms,probe_ok,probe_refused,probe_timeout,"
                    "probe_median_ms,probe_p99_ms,probe_max_ms,after_status,stopped_by,slabs,check",
 }
 SCHEMAS = {"throughput": sweep.THROUGHPUT, "files": sweep.FILES_SCHEMA, "idle": idle.SCHEMA,
-           "latency": latency.SCHEMA, "connections": connections.SCHEMA}
+           "latency": latency.SCHEMA, "connections": connections.SCHEMA, "scaling": scaling.SCHEMA}
 
 
 class SchemaTest(unittest.TestCase):

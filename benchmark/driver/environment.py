@@ -17,6 +17,7 @@ import time
 
 from . import servers
 from .host import Host
+from .options import FLOOR
 from .sample import probe_perf
 from .session import Session, command_output, cpu_count, have, read
 
@@ -35,7 +36,8 @@ def ensure_tools(session: Session) -> None:
     """Installs what this run needs when it is missing. gnuplot and perf are optional: without them there is no
     plot, and the syscall column says why."""
     o = session.options
-    needed_commands = ["ab", "python3"]
+    # (--mode scaling warms up and checks the body itself: it needs no ab, so a packed run carries none)
+    needed_commands = ["python3"] if o.mode == "scaling" else ["ab", "python3"]
     if o.tool == "wrk":
         needed_commands.append("wrk")
     if o.reference:
@@ -53,7 +55,7 @@ def ensure_tools(session: Session) -> None:
             raise Stop()
     if not have("gnuplot") and not ensure_packages(session, "gnuplot-nox"):
         session.error("(no plot without gnuplot)")
-    if o.use_perf and o.mode != "connections" and not have("perf") and not ensure_packages(session, "linux-perf"):
+    if o.use_perf and o.mode not in ("connections", "scaling") and not have("perf") and not ensure_packages(session, "linux-perf"):
         session.error("(no syscall counts without perf)")
 
 
@@ -71,7 +73,7 @@ def build_servers(session: Session) -> None:
         if spec == "nginx":
             continue
         binaries.append(servers.binary(o.build_dir, spec))
-        target = servers.build_target(o.build_dir, servers.folder(spec))
+        target = "floor" if spec == FLOOR else servers.build_target(o.build_dir, servers.folder(spec))
         if not target:
             if not o.no_build:
                 session.warn(f"no CMake target of {o.build_dir} builds {servers.folder(spec)}/run_server that the "
@@ -104,7 +106,9 @@ def build_servers(session: Session) -> None:
             raise Stop()
     # A Debug or sanitizer build would measure the instrumentation, not the I/O model.
     cache = read(os.path.join(o.build_dir, "CMakeCache.txt"))
-    build_type = next(iter(re.findall(r"^CMAKE_BUILD_TYPE:[A-Z]*=(.*)$", cache, re.M)), "")
+    # A packed build (benchmark/pack.sh: g++ -O2 -static, no CMake) is named by its run.sh.
+    build_type = next(iter(re.findall(r"^CMAKE_BUILD_TYPE:[A-Z]*=(.*)$", cache, re.M)),
+                      os.environ.get("PSP_BUILD_TYPE", ""))
     sanitize = next(iter(re.findall(r"^PSP_SANITIZE:[A-Z]*=(.*)$", cache, re.M)), "")
     session.build_type = (build_type or "unknown") + (f" + {sanitize} sanitizer" if sanitize else "")
     if build_type != "Release" or sanitize:
@@ -131,8 +135,10 @@ def describe_machine(session: Session) -> dict[str, str]:
     meminfo = re.search(r"^MemTotal:\s+([0-9]+)", read("/proc/meminfo"), re.M)
     memory = "%.1f GiB" % (int(meminfo.group(1)) / 1048576) if meminfo else ""
     virt = next(iter(re.findall(r"^Hypervisor vendor: *(.*)$", command_output(["lscpu"]), re.M)), "")
-    commit = command_output(["git", "-C", session.repo, "rev-parse", "--short", "HEAD"]).strip() or "no commit"
-    if commit != "no commit" and subprocess.run(["git", "-C", session.repo, "diff", "--quiet", "HEAD"],
+    # A packed run (benchmark/pack.sh) has no git: its run.sh says which commit it was packed from.
+    commit = (os.environ.get("PSP_COMMIT") or command_output(["git", "-C", session.repo, "rev-parse", "--short",
+                                                                  "HEAD"]).strip() or "no commit")
+    if commit != "no commit" and not os.environ.get("PSP_COMMIT") and subprocess.run(["git", "-C", session.repo, "diff", "--quiet", "HEAD"],
                                                 capture_output=True, check=False).returncode != 0:
         commit += "-dirty"
     session.commit = commit
@@ -165,7 +171,8 @@ def check_environment(session: Session, machine: dict[str, str], host: Host, sta
     session.say(f"  machine: {session.cpu_model}, {session.cpus} CPUs, {machine['memory']}{virt}; {machine['os']}; "
                 f"kernel {session.kernel}")
     session.say(f"  commit: {session.commit}; servers: {o.build_dir} ({session.build_type})")
-    session.say(f"  ab: {command_path('ab')} ({machine['ab_version']})")
+    if o.mode != "scaling":
+        session.say(f"  ab: {command_path('ab')} ({machine['ab_version']})")
     if o.tool == "wrk":
         session.say(f"  wrk: {command_path('wrk')}")
     # Each of the client and the server holds one descriptor per connection, plus a few of its own. Serving files,
@@ -205,7 +212,7 @@ def check_environment(session: Session, machine: dict[str, str], host: Host, sta
         session.warn(f"the CPUs are {busy} % busy with other work before the run: expect noisy, lower numbers")
     if o.mode == "connections":
         return busy
-    session.perf_state = probe_perf(o.use_perf)
+    session.perf_state = probe_perf(o.use_perf and o.mode != "scaling")
     if session.perf_state == "ok":
         session.say("  perf: counting context switches and syscalls of the server")
     else:

@@ -54,16 +54,16 @@ def interrupted(signum, frame) -> None:
 
 def run_mode(session: Session, results_dir: str) -> None:
     """The mode's passes over the servers, then summary.csv (connections: raw.csv as it is)."""
-    from . import connections, idle, latency, sweep  # (each mode's module: its schema and its passes)
+    from . import connections, idle, latency, scaling, sweep  # (each mode's module: its schema and its passes)
     mode = session.options.mode
     raw_csv, summary_csv = (os.path.join(results_dir, name) for name in ("raw.csv", "summary.csv"))
-    runner = {"connections": connections.Connections, "latency": latency.Latency, "idle": idle.Idle}.get(
-        mode, sweep.Sweep)(session, raw_csv)
+    runner = {"connections": connections.Connections, "latency": latency.Latency, "idle": idle.Idle,
+              "scaling": scaling.Scaling}.get(mode, sweep.Sweep)(session, raw_csv)
     runner.run()
     if mode == "connections":
         shutil.copyfile(raw_csv, summary_csv)
     else:
-        summary.summarize(raw_csv, summary_csv)
+        summary.summarize(raw_csv, summary_csv, mode)
 
 
 def main(argv: list[str]) -> int:
@@ -116,9 +116,12 @@ def run(session: Session, host: Host, start_time: str, argv: list[str]) -> int:
     os.makedirs(results_dir)
     os.makedirs(os.path.dirname(os.path.abspath(o.log_file)), exist_ok=True)
     title = "openloop" if o.mode == "latency" else o.tool
-    if o.keepalive and o.mode != "idle":
+    if o.mode == "scaling":
+        title += f" -c {o.concurrencies[0]}, server on CPUs 0..K-1, client on the others"
+    elif o.keepalive and o.mode != "idle":
         title += " keep-alive"
-    title += (f", --delay-us {o.delay_us} --handler {o.handler}, {session.cpus} CPUs, kernel {session.kernel}, "
+    delays = " and ".join(map(str, o.delays)) if o.mode == "scaling" else o.delay_us
+    title += (f", --delay-us {delays} --handler {o.handler}, {session.cpus} CPUs, kernel {session.kernel}, "
               f"commit {session.commit}")
 
     run_mode(session, results_dir)

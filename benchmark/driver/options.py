@@ -18,7 +18,10 @@ FILES_SERVERS = ("03", "05", "06", "07")
 # --mode idle leaves out 01 for the same reason: beside one idle connection (or one of ab's kept-alive ones) it
 # serves nobody else. Named, it gets rows that say so.
 IDLE_SERVERS = ("02", "03", "04", "05", "06", "07")
-MODES = ("throughput", "connections", "files", "idle", "latency")
+# --mode scaling: the thread-per-connection model and the three event loops, each beside the floor and nginx.
+SCALING_SERVERS = ("02", "05", "06", "07")
+MODES = ("throughput", "connections", "files", "idle", "latency", "scaling")
+FLOOR = "floor"  # the reference row of benchmark/floor.cpp: the least an epoll server does per request
 
 
 class UsageError(Exception):
@@ -48,6 +51,7 @@ class Options:
     idle_list: str = "0 1000 5000 10000"
     rate_list: str = ""
     p99_target: str = "10"
+    core_list: str = ""
     build_dir: str = ""
     no_build: bool = False
     results_root: str = ""
@@ -57,6 +61,8 @@ class Options:
     conn_counts: list[int] = field(default_factory=list)
     idle_counts: list[int] = field(default_factory=list)
     rates: list[int] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)
+    delays: list[int] = field(default_factory=list)  # --mode scaling: the handler times measured
     duration_s: int = 0
     servers: list[str] = field(default_factory=list)
 
@@ -75,7 +81,7 @@ VALUED = {"-c": "concurrency_list", "--concurrency": "concurrency_list", "-n": "
           "-d": "duration", "--duration": "duration", "--wrk-threads": "wrk_threads", "--delay-us": "delay_us",
           "--handler": "handler", "--threads": "threads", "--nginx-workers": "nginx_workers", "--mode": "mode",
           "--conns": "conn_list", "--idle": "idle_list", "--rates": "rate_list", "--p99-target": "p99_target",
-          "--build-dir": "build_dir", "--results-dir": "results_root", "--log": "log_file"}
+          "--cores": "core_list", "--build-dir": "build_dir", "--results-dir": "results_root", "--log": "log_file"}
 # The switches: their names, the field, and the value they set.
 SWITCHES = {"-k": ("keepalive", True), "--keep-alive": ("keepalive", True), "--pin": ("pin", True),
             "--no-reference": ("reference", False), "--no-perf": ("use_perf", False),
@@ -86,7 +92,7 @@ ENVIRONMENT = {"mode": "PSP_MODE", "server_list": "PSP_SERVERS", "concurrency_li
                "duration": "PSP_DURATION", "wrk_threads": "PSP_WRK_THREADS", "delay_us": "PSP_DELAY_US",
                "handler": "PSP_HANDLER", "threads": "PSP_THREADS", "nginx_workers": "PSP_NGINX_WORKERS",
                "conn_list": "PSP_CONNS", "idle_list": "PSP_IDLE", "rate_list": "PSP_RATES",
-               "p99_target": "PSP_P99_TARGET", "build_dir": "PSP_BUILD_DIR", "results_root": "PSP_RESULTS_DIR",
+               "p99_target": "PSP_P99_TARGET", "core_list": "PSP_CORES", "build_dir": "PSP_BUILD_DIR", "results_root": "PSP_RESULTS_DIR",
                "log_file": "PSP_LOG"}
 FLAG_ENVIRONMENT = {"keepalive": "PSP_KEEPALIVE", "pin": "PSP_PIN", "reference": "PSP_REFERENCE",
                     "use_perf": "PSP_PERF", "no_build": "PSP_NO_BUILD"}
@@ -145,7 +151,7 @@ def validate(o: Options, has_build_target) -> Options:
     that fails is the one reported). has_build_target(build_dir, folder) names the CMake target that builds
     FOLDER/run_server ("" for none)."""
     if o.mode not in MODES:
-        raise UsageError("--mode must be throughput, connections, files, idle or latency")
+        raise UsageError("--mode must be throughput, connections, files, idle, latency or scaling")
     if o.mode == "idle":
         if (o.tool or "ab") != "ab":
             raise UsageError("--mode idle uses ab (with and without -k, by itself)")
@@ -157,6 +163,17 @@ def validate(o: Options, has_build_target) -> Options:
         if not re.fullmatch(r"[0-9]+", o.concurrency_list):
             raise UsageError("--mode latency takes one connection count (-c N)")
         o.duration = o.duration or "5s"
+    if o.mode == "scaling":
+        if (o.tool or "wrk") != "wrk":
+            raise UsageError("--mode scaling uses wrk (one client thread per client CPU)")
+        o.tool = "wrk"
+        o.concurrency_list = o.concurrency_list or "256"
+        o.duration = o.duration or "5s"
+        # Both handlers unless one is named: 0 (what the I/O model costs) and 1 ms (where Little's law caps it).
+        o.delays = [int(o.delay_us)] if re.fullmatch(r"[0-9]+", o.delay_us) else [0, 1000]
+        o.delay_us = o.delay_us or "0"
+    elif o.core_list:
+        raise UsageError("--cores is for --mode scaling")
     o.duration = o.duration or "10s"
     if o.mode == "files":
         if (o.tool or "wrk") != "wrk":
@@ -217,17 +234,43 @@ def validate(o: Options, has_build_target) -> Options:
         for value in o.concurrencies:
             if value > int(o.requests):
                 raise UsageError(f"concurrency {value} is above the request count {o.requests} (ab refuses it)")
+    if o.mode == "scaling":
+        o.cores = scaling_cores(o.core_list)
+        if o.mode == "scaling" and o.threads:
+            raise UsageError("--mode scaling sets --threads to each core count itself")
+        if o.mode == "scaling" and len(o.concurrencies) != 1:
+            raise UsageError("--mode scaling takes one connection count (-c N)")
     o.servers = resolve_servers(o, has_build_target)
+    if o.reference and o.mode == "scaling":
+        o.servers.append(FLOOR)
     if o.reference:
         o.servers.append("nginx")
     o.nginx_workers = o.nginx_workers or o.threads or str(len(os.sched_getaffinity(0)))
     return o
 
 
+def scaling_cores(text: str) -> list[int]:
+    """--cores: how many CPUs the server gets in turn. The client needs CPUs of its own (the others), so each count
+    leaves at least one. Default: the powers of two up to half the CPUs (1 on a 2-CPU machine)."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        raise UsageError("--mode scaling needs 2 CPUs or more: the server and the client each need CPUs of their own")
+    if not text:
+        return [1 << power for power in range(cpus.bit_length()) if 1 << power <= cpus // 2]
+    cores = []
+    for value in words(text):
+        if not is_count(value):
+            raise UsageError(f"bad core count '{value}'")
+        if int(value) >= cpus:
+            raise UsageError(f"--cores {value} leaves no CPU for the client ({cpus} CPUs here)")
+        cores.append(int(value))
+    return cores
+
+
 def resolve_servers(o: Options, has_build_target) -> list[str]:
     """One spec per row, FOLDER[:FLAG...], the folder spelled out (05 -> 05-epoll, 06:--x=1 -> 06-io_uring:--x=1),
     so that the row names the binary and the flags it ran with."""
-    default = {"files": FILES_SERVERS, "idle": IDLE_SERVERS}.get(o.mode, ALL_SERVERS)
+    default = {"files": FILES_SERVERS, "idle": IDLE_SERVERS, "scaling": SCALING_SERVERS}.get(o.mode, ALL_SERVERS)
     specs = o.server_list.split() or list(default)
     servers: list[str] = []
     for spec in specs:

@@ -65,6 +65,24 @@ def io_uring_ticks_between(before: dict[str, int], after: dict[str, int]) -> int
     return sum(value - before.get(tid, 0) for tid, value in after.items())
 
 
+def cpu_times(cpus: list[int]) -> tuple[int, int]:
+    """(all, idle) jiffies of the given CPUs since boot, from their /proc/stat lines (idle counts iowait)."""
+    total = idle = 0
+    wanted = {f"cpu{cpu}" for cpu in cpus}
+    for line in read("/proc/stat").split("\n"):
+        fields = line.split()
+        if fields and fields[0] in wanted:
+            values = [int(value) for value in fields[1:8]]
+            total, idle = total + sum(values), idle + values[3] + values[4]
+    return total, idle
+
+
+def busy_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How busy some CPUs were between two cpu_times() readings, in percent of all their time."""
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return 100.0 * (total - idle) / total if total > 0 else 0.0
+
+
 def status_sum(pids: list[int], key: str) -> int:
     """The sum of a /proc/PID/status field (VmHWM:, Threads:) over the server's processes."""
     total = 0

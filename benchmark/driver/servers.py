@@ -9,6 +9,7 @@ A spec is FOLDER[:FLAG...] (see options.resolve_servers); nginx, the reference, 
 
 from __future__ import annotations
 
+import grp
 import os
 import random
 import re
@@ -19,7 +20,7 @@ import string
 import subprocess
 import time
 
-from .options import ALL_SERVERS
+from .options import ALL_SERVERS, FLOOR
 from .session import BODY_BYTES, Session, first_line, read, which
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nginx.conf.template")
@@ -31,6 +32,8 @@ def folder(spec: str) -> str:
 
 
 def binary(build_dir: str, spec: str) -> str:
+    if spec == FLOOR:
+        return os.path.join(build_dir, "benchmark", "floor")
     return os.path.join(build_dir, folder(spec), "run_server")
 
 
@@ -67,13 +70,18 @@ def is_single_threaded(spec: str, threads: str, nginx_workers: str, cpus: int) -
     return False
 
 
-def server_flags(session: Session, spec: str) -> list[str]:
+def server_flags(session: Session, spec: str, threads: str = "", delay_us: str = "") -> list[str]:
     """The flags each server gets. 01, 02 and 03 refuse --threads (they have no pool and no loops to size). A
-    variant's own flags come last, so that they win over the script's (05:--threads=1)."""
+    variant's own flags come last, so that they win over the script's (05:--threads=1). THREADS and DELAY_US
+    override the options' (--mode scaling sets them for each row). The floor takes only --threads and
+    --delay-us 0: it has no handler."""
     o = session.options
-    flags = ["--delay-us", o.delay_us, "--handler", o.handler]
-    if spec.startswith(("04-", "05-", "06-", "07-")) and o.threads:
-        flags += ["--threads", o.threads]
+    threads, delay_us = threads or o.threads, delay_us or o.delay_us
+    if spec == FLOOR:
+        return ["--delay-us", "0", *(["--threads", threads] if threads else [])]
+    flags = ["--delay-us", delay_us, "--handler", o.handler]
+    if spec.startswith(("04-", "05-", "06-", "07-")) and threads:
+        flags += ["--threads", threads]
     # Held idle connections must outlive the measurement; the default idle timeout is 5 s.
     if o.mode in ("connections", "idle"):
         flags += ["--idle-timeout", "600"]
@@ -113,6 +121,15 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def unprivileged_group() -> str:
+    """Debian's and Ubuntu's group for nobody is nogroup; other systems call it nobody."""
+    try:
+        grp.getgrnam("nogroup")
+        return "nogroup"
+    except KeyError:
+        return "nobody"
+
+
 def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -126,8 +143,12 @@ def exit_status(returncode: int) -> int:
 class Server:
     """One running server of ours, or nginx: started by __enter__, stopped by __exit__ (or by stop())."""
 
-    def __init__(self, session: Session, spec: str, stop_grace_s: float = STOP_GRACE_S):
+    def __init__(self, session: Session, spec: str, stop_grace_s: float = STOP_GRACE_S, cpus: str = "",
+                 flags: list[str] | None = None):
+        """CPUS: a taskset list the server is confined to ("0-3"; --pin otherwise). FLAGS: its flags, in place of
+        server_flags()' (for nginx: none are taken; --mode scaling sets its workers through the options)."""
         self.session, self.spec, self.stop_grace_s = session, spec, stop_grace_s
+        self.cpus, self.flags = cpus, flags
         self.process: subprocess.Popen | None = None
         self.pids: list[int] = []
         self.port = 0
@@ -148,6 +169,8 @@ class Server:
 
     def pin_prefix(self) -> list[str]:
         o = self.session.options
+        if self.cpus:
+            return ["taskset", "-c", self.cpus]
         if o.pin and is_single_threaded(self.spec, o.threads, o.nginx_workers, self.session.cpus):
             return ["taskset", "-c", "0"]
         return []
@@ -170,8 +193,11 @@ class Server:
         """Starts the server with --port 0 and reads the port from its first line, `listening on
         http://HOST:PORT/`. On failure prints one sentence and sets problem."""
         s = self.session
-        flags = server_flags(s, self.spec)
-        self.command = f"{folder(self.spec)}/run_server --port 0 {' '.join(flags)}"
+        flags = server_flags(s, self.spec) if self.flags is None else self.flags
+        name = "benchmark/floor" if self.spec == FLOOR else f"{folder(self.spec)}/run_server"
+        self.command = f"{name} --port 0 {' '.join(flags)}"
+        if self.cpus:
+            self.command += f" (CPUs {self.cpus})"
         out, err = s.path("server.stdout"), s.path("server.stderr")
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
             self.process = subprocess.Popen(
@@ -219,32 +245,33 @@ class Server:
         return max_conns, files
 
     def start_nginx(self) -> None:
-        """The reference: nginx serving a 1 KB file (--mode files: the same folder as the servers), from the
-        configuration template, on 127.0.0.1, with as many workers as the servers have threads."""
+        """The reference: nginx answering the same 1 KB from memory (`return 200`, as our servers answer), or in
+        --mode files serving the same folder as the servers; from the configuration template, on 127.0.0.1, with
+        as many workers as the servers have threads."""
         s, o = self.session, self.session.options
         directory = s.path("nginx")
-        os.makedirs(os.path.join(directory, "www"), exist_ok=True)
         os.makedirs(os.path.join(directory, "temp"), exist_ok=True)
-        index = os.path.join(directory, "www", "index.html")
-        with open(index, "w", encoding="ascii") as page:
-            page.write("x" * BODY_BYTES)
+        # Like for like: our servers answer from memory, so nginx does too (reading a file per request cost it
+        # about 14 µs against 8-9: issue 28). The same body, and headers of the same size class (Server, Date,
+        # Content-Type, Content-Length, Connection).
         values = {"user_line": "", "workers": o.nginx_workers, "dir": directory, "listen_extra": "",
-                  "files_lines": "", "site": f"root {directory}/www;\n    location / {{ try_files /index.html =404; }}"}
+                  "files_lines": "",
+                  "site": f'location / {{ return 200 "{"x" * BODY_BYTES}"; }}'}
         values["max_conns"], values["files"] = self.nginx_limits()
-        # As root, nginx's workers drop to an unprivileged user, who must be able to read the file.
+        # As root, nginx's workers drop to an unprivileged user (who must be able to read the files served).
         if os.geteuid() == 0:
-            values["user_line"] = "user nobody nogroup;"
-            for path in (s.tmp, directory, os.path.join(directory, "www")):
-                os.chmod(path, 0o755)
-            os.chmod(index, 0o644)
-        self.command = f"nginx -p {directory} -c nginx.conf (worker_processes {o.nginx_workers})"
+            values["user_line"] = f"user nobody {unprivileged_group()};"
+            os.chmod(s.tmp, 0o755)
+            os.chmod(directory, 0o755)
+        self.command = f"nginx -p {directory} -c nginx.conf (worker_processes {o.nginx_workers}, return 200"
         # Holding connections, each worker listens on a socket of its own (reuseport), and the kernel spreads the
         # connections evenly among them by hash. With one shared socket, the worker that wakes first takes most
-        # of them, and once it has worker_connections it closes its idle keep-alive ones to make room.
-        if o.mode == "connections":
+        # of them, and once it has worker_connections it closes its idle keep-alive ones to make room. Scaling
+        # across cores, it is also our event loops' shape: one SO_REUSEPORT listener per loop.
+        if o.mode in ("connections", "scaling"):
             values["listen_extra"] = " reuseport"
-            self.command = (f"nginx -p {directory} -c nginx.conf (worker_processes {o.nginx_workers}, "
-                            "listen reuseport)")
+            self.command += ", listen reuseport"
+        self.command += ")"
         # --mode files: sent the way nginx is usually set up for static files (sendfile, and tcp_nopush: the
         # headers go out in the same packet as the start of the file).
         if o.mode == "files":

@@ -8,11 +8,13 @@ which of its tables each mode shows, and writes the page around them.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 
 from .session import BODY_BYTES, FILES, Session, command_output, have, which
+from .scaling import WARM_UP
 from .tools import analyse
 
 CONN_PROBES = 100     # --mode connections: new clients timed one after another beside the held connections
@@ -30,9 +32,13 @@ class Context:
     results_dir: str
 
 
-def summarize(raw_csv: str, summary_csv: str) -> None:
-    """raw.csv -> summary.csv: the columns before `repetition` are the row's key; the median of the others."""
-    analyse.write_text(summary_csv, "".join(f"{line}\n" for line in analyse.summarize(analyse.read_lines(raw_csv))))
+def summarize(raw_csv: str, summary_csv: str, mode: str = "") -> None:
+    """raw.csv -> summary.csv: the columns before `repetition` are the row's key; the median of the others (and,
+    in --mode scaling, the ratio to the floor and the client-bound mark)."""
+    lines = analyse.summarize(analyse.read_lines(raw_csv))
+    if mode == "scaling":
+        lines = analyse.scaling_columns(lines)
+    analyse.write_text(summary_csv, "".join(f"{line}\n" for line in lines))
 
 
 def table(kind: str, csv_path: str, tool: str = "ab") -> list[str]:
@@ -49,6 +55,8 @@ def tables(session: Session, results_dir: str) -> list[str]:
         return table("files", summary_csv)
     if o.mode == "idle":
         return table("idle", summary_csv)
+    if o.mode == "scaling":
+        return table("scaling", summary_csv)
     if o.mode == "latency":
         return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_lines(summary_csv),
                                                                    float(o.p99_target))]
@@ -80,6 +88,12 @@ def load_description(session: Session) -> str:
                 "measured from each one's intended send time (the closed-loop view: from its actual send); capacity "
                 f"measured first with ab -n {o.requests} -c {c}{k}; knee: the highest rate whose p99 stays under "
                 f"{o.p99_target} ms")
+    if o.mode == "scaling":
+        return (f"wrk -c {o.concurrencies[0]}, {o.duration} per run after a {WARM_UP} warm-up, on the CPUs the "
+                "server does not have (K..N-1), one client thread per CPU; keep-alive, and a new connection per "
+                "request (-H 'Connection: close'); the server on CPUs 0..K-1 with --threads K (nginx: K workers), "
+                f"for K in {', '.join(map(str, o.cores))}; --delay-us {' and '.join(map(str, o.delays))}; "
+                f"client-bound: the client's CPUs more than {analyse.CLIENT_BOUND_PCT} % busy (/proc/stat)")
     if o.tool == "wrk":
         return f"wrk, {o.duration} per run, keep-alive, {o.wrk_threads} client thread(s), --latency"
     return (f"ab, {o.requests} requests per run, "
@@ -114,13 +128,17 @@ def header(session: Session, context: Context) -> list[str]:
             lines.append(f"- Repetitions: {o.repeat} per server and offered rate, each a whole pass over the servers "
                          "at the same rates; the tables give the median of each column")
         else:
-            per = {"files": "file and connection count", "idle": "idle count, keep-alive and concurrency"}.get(
-                o.mode, "concurrency")
+            per = {"files": "file and connection count", "idle": "idle count, keep-alive and concurrency",
+                   "scaling": "core count, load and handler"}.get(o.mode, "concurrency")
             lines.append(f"- Repetitions: {o.repeat} per server and {per}; the table gives the median of each "
                          "column, and the spread of req/s as (max - min) / median; vs nginx: req/s divided by "
                          "nginx's in the same run")
         pinning = "single-threaded servers on CPU 0, client on CPU 1" if o.pin else "off"
-        lines.append(f"- Server flags: {'--root DIR ' if o.mode == 'files' else ''}--delay-us {o.delay_us} --handler "
+        if o.mode == "scaling":
+            pinning = "the server on CPUs 0..K-1, the client on the others"
+        delays = " and ".join(map(str, o.delays)) if o.mode == "scaling" else o.delay_us
+        threads = " --threads K" if o.mode == "scaling" else threads
+        lines.append(f"- Server flags: {'--root DIR ' if o.mode == 'files' else ''}--delay-us {delays} --handler "
                      f"{o.handler}{threads}{' --idle-timeout 600' if o.mode == 'idle' else ''}; pinning: {pinning}")
         lines.append("- Server counters: CPU from /proc (utime+stime of every thread, io_uring's kernel threads "
                      f"included), context switches and syscalls: {counted_by}")
@@ -132,8 +150,13 @@ def header(session: Session, context: Context) -> list[str]:
         lines.append(f"- Reference: nginx {nginx_version()} serving the same folder, sendfile on, tcp_nopush on, "
                      f"worker_processes {o.nginx_workers}, access_log off")
     elif o.reference:
-        lines.append(f"- Reference: nginx {nginx_version()} serving a {BODY_BYTES}-byte file, worker_processes "
-                     f"{o.nginx_workers}, access_log off")
+        workers = "K" if o.mode == "scaling" else o.nginx_workers
+        lines.append(f"- Reference: nginx {nginx_version()} answering the same {BODY_BYTES} bytes from memory "
+                     f"(`return 200`), worker_processes {workers}, access_log off")
+    if o.reference and o.mode == "scaling":
+        lines.append("- Floor: benchmark/floor.cpp, K epoll loops on SO_REUSEPORT listeners that answer our exact "
+                     "response without parsing (its --close run for a new connection per request); vs floor: req/s "
+                     "per server CPU divided by the floor's")
     wrk = ""
     if o.tool == "wrk":
         wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
@@ -181,6 +204,10 @@ def write_fingerprints(session: Session, results_dir: str) -> None:
     """fingerprints.json beside the results: a fingerprint of each server's code (docs/tools/fingerprint.py
     --json), so that a page quoting this run can tell when the code it measured has changed since. Nothing when
     the script is not there (an older checkout); a note when it fails (the results stand without it)."""
+    packed = os.environ.get("PSP_FINGERPRINTS", "")  # a packed run's: computed where it was packed, from git
+    if packed:
+        shutil.copyfile(packed, os.path.join(results_dir, "fingerprints.json"))
+        return
     script = os.path.join(session.repo, FINGERPRINT)
     if not os.path.isfile(script):
         return

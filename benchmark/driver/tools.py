@@ -51,10 +51,13 @@ def ab_command(url: str, concurrency: int, requests: int, keepalive: bool) -> li
     return ["ab", "-q", "-r", "-n", str(requests), "-c", str(concurrency), *(["-k"] if keepalive else []), url]
 
 
-def wrk_command(url: str, connections: int, threads: int, duration: str, timeout: str = "") -> list[str]:
-    """wrk_done.lua prints wrk's exact counters on one line when the run is over, for parse_wrk."""
+def wrk_command(url: str, connections: int, threads: int, duration: str, timeout: str = "",
+                headers: list[str] | None = None) -> list[str]:
+    """wrk_done.lua prints wrk's exact counters on one line when the run is over, for parse_wrk. HEADERS are
+    added to every request (`Connection: close`: wrk then opens a new connection for each request)."""
     return ["wrk", "-t", str(min(threads, connections)), "-c", str(connections), "-d", duration, "--latency",
-            "-s", WRK_DONE, *(["--timeout", timeout] if timeout else []), url]
+            "-s", WRK_DONE, *(["--timeout", timeout] if timeout else []),
+            *[word for header in headers or [] for word in ("-H", header)], url]
 
 
 def parse(tool: str, output: str, percentiles: str = "") -> dict[str, str]:
