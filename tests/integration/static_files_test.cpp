@@ -972,7 +972,8 @@ TEST_P(StaticFiles, LookupsLeakNoDescriptors) {
              {get("/fifo"), false}, {get("/missing"), false}, {get("/notes.txt/"), false}, {get("/%2e%2e/x"), false},
              {get("/link-to-secret"), false}, {get("/outside-dir/secret.txt"), false}, {get("/img.png", ims), false},
              {request("HEAD", "/big.bin"), true}, {request("HEAD", "/sparse.bin"), true}}) {
-      ASSERT_TRUE(ask_or_reconnect(c, raw, head)) << "round " << round << ": " << c.error();
+      ASSERT_TRUE(ask_or_reconnect(c, raw, head))
+          << "round " << round << ", " << raw.substr(0, raw.find(" HTTP/")) << ": " << c.error();
     }
   }
   EXPECT_TRUE(serves_file());
