@@ -70,6 +70,11 @@ class OptionsTest(unittest.TestCase):
         with mock.patch("os.sched_getaffinity", return_value={0}), self.assertRaises(options.UsageError):
             parse("--mode", "scaling")
 
+    def test_the_floor_joins_keep_alive_runs_without_a_handler(self):
+        self.assertEqual(parse("-t", "wrk", "--delay-us", "0", "05").servers, ["05-epoll", "floor", "nginx"])
+        self.assertEqual(parse("-t", "wrk", "05").servers, ["05-epoll", "nginx"])
+        self.assertEqual(parse("-t", "wrk", "--delay-us", "0", "--no-reference", "05").servers, ["05-epoll"])
+
     def test_scaling_cpus_and_flags(self):
         self.assertEqual((scaling.cpu_list(0, 0), scaling.cpu_list(0, 3), scaling.client_cpus(4, 16)),
                          ("0", "0-3", list(range(4, 16))))

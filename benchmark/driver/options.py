@@ -241,7 +241,8 @@ def validate(o: Options, has_build_target) -> Options:
         if o.mode == "scaling" and len(o.concurrencies) != 1:
             raise UsageError("--mode scaling takes one connection count (-c N)")
     o.servers = resolve_servers(o, has_build_target)
-    if o.reference and o.mode == "scaling":
+    # The floor is a row wherever its bare loops do what the servers do: keep-alive wrk runs without a handler.
+    if o.reference and (o.mode == "scaling" or (o.mode == "throughput" and o.tool == "wrk" and o.delay_us == "0")):
         o.servers.append(FLOOR)
     if o.reference:
         o.servers.append("nginx")

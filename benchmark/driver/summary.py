@@ -153,10 +153,12 @@ def header(session: Session, context: Context) -> list[str]:
         workers = "K" if o.mode == "scaling" else o.nginx_workers
         lines.append(f"- Reference: nginx {nginx_version()} answering the same {BODY_BYTES} bytes from memory "
                      f"(`return 200`), worker_processes {workers}, access_log off")
-    if o.reference and o.mode == "scaling":
-        lines.append("- Floor: benchmark/floor.cpp, K epoll loops on SO_REUSEPORT listeners that answer our exact "
-                     "response without parsing (its --close run for a new connection per request); vs floor: req/s "
-                     "per server CPU divided by the floor's")
+    if "floor" in o.servers:
+        loops = "K" if o.mode == "scaling" else (o.threads or "2")
+        lines.append(f"- Floor: benchmark/floor.cpp, {loops} epoll loops on SO_REUSEPORT listeners that answer our "
+                     "exact response without parsing" + (" (with --close for a new connection per request); vs "
+                                                          "floor: req/s per server CPU divided by the floor's"
+                                                          if o.mode == "scaling" else ""))
     wrk = ""
     if o.tool == "wrk":
         wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
