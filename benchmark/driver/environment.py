@@ -7,6 +7,7 @@ binary is never measured.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -26,7 +27,15 @@ class Stop(Exception):
     """The run cannot go on: the message has been printed; exit status 1."""
 
 
+def packed() -> dict[str, str]:
+    """A packed run's packed.json (benchmark/pack.sh): {"commit", "build_type"}; {} outside a pack."""
+    folder = os.environ.get("PSP_PACKED", "")
+    return json.loads(read(os.path.join(folder, "packed.json")) or "{}") if folder else {}
+
+
 def ensure_packages(session: Session, *packages: str) -> bool:
+    if packed():  # a pack has what it needs, and its machine may have no package source at all
+        return False
     script = os.path.join(session.repo, "tools", "ensure-packages.sh")
     return subprocess.run(["bash", "-c", '. "$0" && ensure_packages "$@"', script, *packages],
                           check=False).returncode == 0
@@ -106,12 +115,12 @@ def build_servers(session: Session) -> None:
             raise Stop()
     # A Debug or sanitizer build would measure the instrumentation, not the I/O model.
     cache = read(os.path.join(o.build_dir, "CMakeCache.txt"))
-    # A packed build (benchmark/pack.sh: g++ -O2 -static, no CMake) is named by its run.sh.
+    # A packed build (benchmark/pack.sh: g++ -O2 -static, no CMake) says what it is in packed.json.
     build_type = next(iter(re.findall(r"^CMAKE_BUILD_TYPE:[A-Z]*=(.*)$", cache, re.M)),
-                      os.environ.get("PSP_BUILD_TYPE", ""))
+                      packed().get("build_type", ""))
     sanitize = next(iter(re.findall(r"^PSP_SANITIZE:[A-Z]*=(.*)$", cache, re.M)), "")
     session.build_type = (build_type or "unknown") + (f" + {sanitize} sanitizer" if sanitize else "")
-    if build_type != "Release" or sanitize:
+    if not build_type.startswith("Release") or sanitize:
         session.warn(f"the servers in {o.build_dir} are a '{session.build_type}' build, not Release: the numbers "
                      "are not comparable")
 
@@ -135,10 +144,10 @@ def describe_machine(session: Session) -> dict[str, str]:
     meminfo = re.search(r"^MemTotal:\s+([0-9]+)", read("/proc/meminfo"), re.M)
     memory = "%.1f GiB" % (int(meminfo.group(1)) / 1048576) if meminfo else ""
     virt = next(iter(re.findall(r"^Hypervisor vendor: *(.*)$", command_output(["lscpu"]), re.M)), "")
-    # A packed run (benchmark/pack.sh) has no git: its run.sh says which commit it was packed from.
-    commit = (os.environ.get("PSP_COMMIT") or command_output(["git", "-C", session.repo, "rev-parse", "--short",
-                                                                  "HEAD"]).strip() or "no commit")
-    if commit != "no commit" and not os.environ.get("PSP_COMMIT") and subprocess.run(["git", "-C", session.repo, "diff", "--quiet", "HEAD"],
+    # A packed run (benchmark/pack.sh) has no git: packed.json says which commit it was packed from.
+    commit = packed().get("commit") or command_output(["git", "-C", session.repo, "rev-parse", "--short",
+                                                       "HEAD"]).strip() or "no commit"
+    if commit != "no commit" and not packed() and subprocess.run(["git", "-C", session.repo, "diff", "--quiet", "HEAD"],
                                                 capture_output=True, check=False).returncode != 0:
         commit += "-dirty"
     session.commit = commit

@@ -206,9 +206,9 @@ def write_fingerprints(session: Session, results_dir: str) -> None:
     """fingerprints.json beside the results: a fingerprint of each server's code (docs/tools/fingerprint.py
     --json), so that a page quoting this run can tell when the code it measured has changed since. Nothing when
     the script is not there (an older checkout); a note when it fails (the results stand without it)."""
-    packed = os.environ.get("PSP_FINGERPRINTS", "")  # a packed run's: computed where it was packed, from git
+    packed = os.environ.get("PSP_PACKED", "")  # a packed run's: computed where it was packed (benchmark/pack.sh)
     if packed:
-        shutil.copyfile(packed, os.path.join(results_dir, "fingerprints.json"))
+        shutil.copyfile(os.path.join(packed, "fingerprints.json"), os.path.join(results_dir, "fingerprints.json"))
         return
     script = os.path.join(session.repo, FINGERPRINT)
     if not os.path.isfile(script):
