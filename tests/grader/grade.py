@@ -4,6 +4,7 @@
     grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR] [--timeout S]
              [--memory MIB] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
     grade.py [options] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
+    grade.py [options] --url http://127.0.0.1:PORT/ [--pid PID]
 
 The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
 PSP_GRADE_COMMAND (tests/support/server_fixture.hpp). This script only chooses the checks from the rubric, runs
@@ -69,6 +70,13 @@ def parse_args(argv):
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
     p.add_argument("--list", action="store_true", help="list the profile's checks and their categories, run none")
+    p.add_argument("--url", metavar="URL",
+                   help="grade a server that is already running at http://127.0.0.1:PORT/ (no command): the checks "
+                   "that need to start, signal or restart it, or to give it a flag or a folder, are lost with that "
+                   "reason")
+    p.add_argument("--pid", type=int, metavar="PID",
+                   help="with --url: the server's process, for the checks that read it (CPU, descriptors); without "
+                   "it they do not apply")
     p.add_argument("--each", metavar="PATTERN",
                    help="grade every file that PATTERN matches (quote it: 'submissions/*/run.sh'), one after the "
                    "other, each with the other options: a report per submission in DIR/NAME/ and one line each in "
@@ -76,7 +84,21 @@ def parse_args(argv):
                    "replaced by the file's path")
 
     args = p.parse_args(argv)
-    if not command and not args.list and not args.each:
+    args.url_port = None
+    if args.url is not None:
+        if command or args.each:
+            raise UsageError("--url grades a server that is already running: give it without a command or --each")
+        m = re.fullmatch(r"http://(?:127\.0\.0\.1|localhost):(\d{1,5})/?", args.url)
+        if not m or not 0 < int(m.group(1)) < 65536:
+            raise UsageError(f"--url {args.url}: give http://127.0.0.1:PORT/ (the checks connect to the loopback "
+                             "only)")
+        args.url_port = int(m.group(1))
+    if args.pid is not None:
+        if args.url is None:
+            raise UsageError("--pid goes with --url (the grader knows the PID of a server it starts)")
+        if args.pid <= 0:
+            raise UsageError(f"--pid {args.pid}: not a process ID")
+    if not command and not args.list and not args.each and args.url is None:
         raise UsageError("no command: put the server's command after --")
     args.command = command
     # A folder named like a chapter (01-blocking-single) only suggests its rules: a grade must not change with the
@@ -93,6 +115,8 @@ def parse_args(argv):
 
 def check_command(args):
     """Raises UsageError, before anything runs, for a command that cannot be graded as given."""
+    if args.url is not None:
+        return check_url(args)
     program = args.command[0]
     if os.sep in program:
         if not os.path.exists(program):
@@ -106,6 +130,22 @@ def check_command(args):
     if args.profile == "static" and "{port}" in words and "{root}" not in words:
         raise UsageError("the static profile grades a file server: put {root} in the command where the folder to "
                          "serve goes, e.g. -- python3 server.py {port} {root}")
+
+
+def check_url(args):
+    """Raises UsageError when nothing accepts at --url, or --pid names no process."""
+    if args.pid is not None:
+        try:
+            os.kill(args.pid, 0)
+        except ProcessLookupError:
+            raise UsageError(f"--pid {args.pid}: no such process")
+        except PermissionError:
+            pass  # another user's: it exists
+    try:
+        socket.create_connection(("127.0.0.1", args.url_port), timeout=2).close()
+    except OSError as e:
+        raise UsageError(f"--url {args.url}: nothing accepts connections there ({e.strerror or e}): start the "
+                         "server first")
 
 
 def chapter_from_path(path):
@@ -470,7 +510,34 @@ def run_checks(suite, env, chosen, json_path, timeout):
 # The suite's skips that mean "the command lacks what this check needs" (server_fixture.hpp): its flags, {root},
 # this repository's command line. Such a check is not passed, with that reason: a total never shrinks because a
 # command left something out. Every other skip (the kernel has no io_uring, say) is "does not apply".
-LACKING = ("a flag of this repository's servers", "put {root} in the command", "a {port} command does not have")
+LACKING = ("a flag of this repository's servers", "put {root} in the command", "a {port} command does not have",
+           "needs the grader to start the server")
+
+
+def server_text(args):
+    if args.url is None:
+        return " ".join(args.command)
+    return f"{args.url} (already running{f', PID {args.pid}' if args.pid else ', no --pid'})"
+
+
+# What server_process.hpp throws for a check that a server graded with --url cannot take: it needs the grader to
+# start the server (lost, as "lacking"), or its PID, which --pid did not give (does not apply: "skipped").
+NEEDS_ITS_PROCESS = "needs the grader to start the server"
+NEEDS_ITS_PID = "does not apply without --pid"
+
+
+def attached_verdicts(results, details):
+    """GoogleTest fails a check whose test threw; for a server graded with --url, the exception says why it could
+    not be taken (ServerProcess::Attached): lacking, or skipped without a PID."""
+    for test, (result, ms, reason) in list(results.items()):
+        message = details.get(test, {}).get("message", "")
+        m = re.search(r'C\+\+ exception with description "(.*)" thrown in', message, re.S)
+        if result != "failed" or not m:
+            continue
+        if m.group(1).startswith(NEEDS_ITS_PROCESS):
+            results[test] = ("lacking", ms, m.group(1))
+        elif m.group(1).startswith(NEEDS_ITS_PID):
+            results[test] = ("skipped", ms, m.group(1))
 
 
 def classify(result, reason):
@@ -644,7 +711,9 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
         result, ms, skipped_because = results.get(test, ("not run", 0, ""))
         d = details.get(test, {})
         message = (skipped_because or d.get("message", "")) if result != "passed" else ""
-        if result == "lacking":
+        if result == "lacking" and message.startswith(NEEDS_ITS_PROCESS):
+            message = "not passed (--url): " + message
+        elif result == "lacking":
             message = "not passed: the command lacks what this check needs: " + message
         message = message.replace("during this check", f"during {check}")
         checks.append({"check": check, "category": cat.name, "result": result, "ms": ms, "message": message,
@@ -652,8 +721,8 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                        "transcript": d.get("transcript", "") if result == "failed" else "",
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
     counts = {k: sum(1 for c in checks if c["result"] == k) for k in RESULTS}
-    report = {"command": args.command, "profile": args.profile, "quick": args.quick, "chapter": args.chapter,
-              "suggestion": args.suggestion, "score": total, "possible": possible, "note": note, **counts,
+    report = {"command": args.command, "url": args.url, "pid": args.pid, "profile": args.profile, "quick": args.quick,
+              "chapter": args.chapter, "suggestion": args.suggestion, "score": total, "possible": possible, "note": note, **counts,
               "first_cause": first_cause(note, checks), "categories": rows, "checks": checks,
               "performance": performance}
     with open(os.path.join(out_dir, "report.json"), "w") as f:
@@ -663,7 +732,7 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
     md = [f"# Grade: {total:g} / {possible:g}", ""]
     if args.suggestion:
         md += [f"**Note: {args.suggestion}.**", ""]
-    md += [f"- Command: `{' '.join(args.command)}`",
+    md += [f"- {'Server' if args.url is not None else 'Command'}: `{server_text(args)}`",
           f"- Profile: {args.profile}{' (quick)' if args.quick else ''}; chapter: "
           f"{args.chapter if args.chapter else 'any concurrent model'}",
           f"- Checks: {count_text(counts)}", ""]
@@ -871,6 +940,8 @@ def main(argv):
     os.environ["PSP_GRADE_MEMORY_MB"] = str(args.memory)  # for the suite's servers and for start()'s
     env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
                PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
+    if args.url is not None:  # the suite attaches to the running server (server_fixture.hpp, launch_attached)
+        env.update(PSP_GRADE_URL_PORT=str(args.url_port), PSP_GRADE_URL_PID=str(args.pid or 0))
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
     if args.list:
         for _, check, cat in chosen:
@@ -882,12 +953,12 @@ def main(argv):
 
     started = time.monotonic()
     become_subreaper()
-    print(f"grading: {' '.join(args.command)} ({args.profile}{', quick' if args.quick else ''}, "
+    print(f"grading: {server_text(args)} ({args.profile}{', quick' if args.quick else ''}, "
           f"{len(chosen)} checks)", flush=True)
     if args.suggestion:
         print(f"note: {args.suggestion}", flush=True)
     os.makedirs(args.report, exist_ok=True)
-    why = preflight(args.command)
+    why = preflight(args.command) if args.url is None else None  # check_url() found the running server
     if why and any("{root}" in w for w in args.command) and "(a daemon)" not in why:
         why = trial_in_suite(args.suite, env, chosen, args.report)
     json_path = os.path.join(args.report, "gtest.json")
@@ -899,9 +970,12 @@ def main(argv):
         note = (f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed."
                 if timed_out else "")
         details = failure_details(json_path)
+        attached_verdicts(results, details)
         mark_dependents(chosen, results, details, args.profile)
     performance = None
-    if args.perf and not why:
+    if args.perf and not why and args.url is not None:
+        performance = {"error": "--perf starts the server itself, next to nginx: give a command, not --url"}
+    elif args.perf and not why:
         print("performance: ab next to nginx, 3 rounds...", flush=True)
         performance = perf(args.command)
     survivors = sweep()

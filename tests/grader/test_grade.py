@@ -133,6 +133,20 @@ class Usage(unittest.TestCase):
         self.assertIn("not an executable", self.usage_error(["--", grade.HERE]))
         self.assertIn("not found in PATH", self.usage_error(["--", "no-such-server-psp"]))
 
+    def test_url_goes_alone_and_names_the_loopback(self):
+        for argv, words in ((["--url", "http://127.0.0.1:8080/", "--", "./server"], "without a command"),
+                            (["--url", "http://example.com:8080/"], "loopback only"),
+                            (["--url", "http://127.0.0.1:0/"], "loopback only"),
+                            (["--pid", "1", "--", "./server"], "--pid goes with --url")):
+            with self.assertRaises(grade.UsageError) as e:
+                grade.parse_args(argv)
+            self.assertIn(words, str(e.exception))
+        self.assertEqual(grade.parse_args(["--url", "http://localhost:8080"]).url_port, 8080)
+
+    def test_url_must_accept_now(self):
+        port = grade.free_port()
+        self.assertIn("nothing accepts connections there", self.usage_error(["--url", f"http://127.0.0.1:{port}/"]))
+
     def test_the_static_profile_needs_root(self):
         self.assertIn("put {root} in the command",
                       self.usage_error(["--profile", "static", "--", "python3", "-m", "http.server", "{port}"]))

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -76,10 +77,16 @@ inline const char* binary(const char* env_name, const char* built) {
 // A command with `{port}` in it is any HTTP server, in any language: the fixture picks a free port, puts it in, puts
 // the folder to serve in place of `{root}`, and waits until the port accepts. Such a server takes none of this
 // repository's flags, so a check that needs one (--idle-timeout 1, say) is skipped, and not scored.
+//
+// tests/grade.sh --url grades a server that is already running instead (PSP_GRADE_URL_PORT, and PSP_GRADE_URL_PID
+// when --pid is given): every check connects to that port, and a check that needs to start, signal or restart the
+// process, or to give it a flag, is skipped with words the grader counts as lost (ServerProcess::Attached).
 struct GradedCommand {
   std::vector<std::string> words;
   int chapter = 0;
-  bool templated = false;  // has {port}
+  bool templated = false;       // has {port}
+  std::uint16_t url_port = 0;   // --url: the running server's port (0: the grader starts the server)
+  pid_t url_pid = 0;            // --pid, or 0
 };
 inline const std::optional<GradedCommand>& graded_command() {
   static const std::optional<GradedCommand> command = []() -> std::optional<GradedCommand> {
@@ -98,6 +105,8 @@ inline const std::optional<GradedCommand>& graded_command() {
     }
     for (const std::string& w : c.words) c.templated = c.templated || w.find("{port}") != std::string::npos;
     if (const char* chapter = std::getenv("PSP_GRADE_CHAPTER")) c.chapter = std::atoi(chapter);
+    if (const char* port = std::getenv("PSP_GRADE_URL_PORT")) c.url_port = static_cast<std::uint16_t>(std::atoi(port));
+    if (const char* pid = std::getenv("PSP_GRADE_URL_PID")) c.url_pid = static_cast<pid_t>(std::atoi(pid));
     return c;
   }();
   return command;
@@ -290,6 +299,11 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     if (::testing::Test::HasFailure() && !Transcript::text().empty())
       ::testing::Test::RecordProperty("transcript", Transcript::text());  // the grader's report shows it
     if (!server_) return;
+    if (server_->attached()) {  // not ours to stop; with its PID we can tell that it is gone
+      if (!server_->running())
+        ADD_FAILURE() << "the server (PID " << server_->pid() << ") is gone: it exited or crashed during this check";
+      return;
+    }
     if (server_->running()) server_->stop(SIGTERM, deadline_in(3s));
     // A server killed by a crash signal failed, whatever the test checked: no test sends these signals (and the
     // SIGTERM above cannot turn into one). Checked after the stop, since a crashing process may close its sockets,
@@ -321,6 +335,7 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
   // waits for its listening line. On failure it records a test failure, or skips when the kernel refused 06
   // (kernel_refusal()), and returns nullptr: the caller returns at once.
   ServerProcess* launch(std::vector<std::string> args, SpawnOptions options = {}) {
+    if (graded_command() && graded_command()->url_port != 0) return launch_attached(args, options);
     if (graded_command() && graded_command()->templated) return launch_templated(args, options);
     if (std::find(args.begin(), args.end(), "--port") == args.end()) args.insert(args.begin(), {"--port", "0"});
     server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)), options);
@@ -373,9 +388,34 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
     return nullptr;
   }
 
+  // launch() for tests/grade.sh --url: the server that is already running, as it is. A check that gives it a flag
+  // (--port 0 and --delay-us 0 ask for nothing), a folder to serve, a descriptor limit, or that starts a second
+  // server, needs the grader to start it: skipped, and counted as lost.
+  ServerProcess* launch_attached(const std::vector<std::string>& args, const SpawnOptions& options) {
+    std::string why;
+    for (std::size_t i = 0; i < args.size() && why.empty(); i += 2) {
+      const std::string value = i + 1 < args.size() ? args[i + 1] : "";
+      if (args[i] == "--root") why = "with the folder the checks build as its root";
+      else if ((args[i] != "--port" && args[i] != "--delay-us") || value != "0") why = "with `" + args[i] + " " + value + "`";
+    }
+    if (options.nofile) why = "with a limit on its descriptors";
+    if (server_) why = "again: this check restarts it";
+    if (!why.empty()) {
+      [&] { GTEST_SKIP() << kNeedsItsProcess << " " << why; }();
+      return nullptr;
+    }
+    server_ = std::make_unique<ServerProcess>(ServerProcess::Attached{}, graded_command()->url_port,
+                                              graded_command()->url_pid);
+    return server_.get();
+  }
+
   // Checks of this repository's command line (its flags, --help, exit statuses) mean nothing to a graded {port}
   // command: for one, the check is skipped and this returns false.
   bool has_course_command_line() {
+    if (graded_command() && graded_command()->url_port != 0) {
+      [] { GTEST_SKIP() << kNeedsItsProcess << ": this check runs it with other flags and reads its exit status"; }();
+      return false;
+    }
     if (!graded_command() || !graded_command()->templated) return true;
     [] { GTEST_SKIP() << "checks this repository's command line, which a {port} command does not have"; }();
     return false;
@@ -396,6 +436,8 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
   // Runs the server with its variant's flags and `args` and waits for it to exit on its own (bad flags, busy port,
   // --help).
   ExitStatus run_to_exit(std::vector<std::string> args) {
+    if (graded_command() && graded_command()->url_port != 0)
+      throw std::runtime_error(std::string(kNeedsItsProcess) + ": this check runs it and reads its exit status");
     if (graded_command() && graded_command()->templated) ADD_FAILURE() << "call has_course_command_line() first";
     server_ = std::make_unique<ServerProcess>(server_info().path, with_variant(std::move(args)));
     return server_->wait_exit(deadline_in(kIoTimeout));
@@ -433,6 +475,8 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
 
   // A new connection gets a full, correct 200 (and is closed by us afterwards).
   ::testing::AssertionResult serves_new_client() {
+    if (!server_->running() && server_->attached())
+      return ::testing::AssertionFailure() << "the server (PID " << server_->pid() << ") is gone";
     if (!server_->running())
       return ::testing::AssertionFailure() << "server is gone: " << server_->wait_exit(deadline_in(1s)).describe()
                                            << "; stderr: " << server_->err();
