@@ -75,6 +75,15 @@ class OptionsTest(unittest.TestCase):
         self.assertEqual(parse("-t", "wrk", "05").servers, ["05-epoll", "nginx"])
         self.assertEqual(parse("-t", "wrk", "--delay-us", "0", "--no-reference", "05").servers, ["05-epoll"])
 
+    def test_worker_processes_for_a_connection_count(self):
+        # Under 20,000 descriptors a process is planned for 15,948 connections: a million needs 63 workers.
+        self.assertEqual(connections.per_process(20000), 15948)
+        self.assertEqual([connections.worker_processes("05-epoll", n, 20000) for n in (1000, 15948, 15949, 10**6)],
+                         [1, 1, 2, 63])
+        # Only the models that take --processes, and not when the spec sets it.
+        self.assertEqual(connections.worker_processes("02-thread-per-conn", 10**6, 20000), 1)
+        self.assertEqual(connections.worker_processes("07-asio:--processes=4", 10**6, 20000), 1)
+
     def test_scaling_cpus_and_flags(self):
         self.assertEqual((scaling.cpu_list(0, 0), scaling.cpu_list(0, 3), scaling.client_cpus(4, 16)),
                          ("0", "0-3", list(range(4, 16))))

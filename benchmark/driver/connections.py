@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import subprocess
 import time
 
@@ -20,7 +21,7 @@ from .environment import client_binary
 from .host import Host
 from .idle import release_idle
 from .measure import begin_pass
-from .servers import Server
+from .servers import Server, server_flags
 from .session import CsvTable, Session, first_line, read
 from .summary import CONN_PROBES, IDLE_WINDOW_S
 from .tools import IdleHolder
@@ -85,6 +86,25 @@ def prepare_connections(session: Session, host: Host) -> None:
                     "both ends")
     if not os.access("/proc/slabinfo", os.R_OK):
         session.say("  /proc/slabinfo: not readable (not root): no slab column")
+
+
+# The models that take --processes (common/workers.hpp), and the share of a process's descriptor limit the mode
+# plans to use in each: SO_REUSEPORT spreads connections by a hash of their addresses, so some workers get more.
+PROCESS_MODELS = ("05-", "06-", "07-")
+PLANNED_SHARE = 0.8
+
+
+def per_process(nofile: int) -> int:
+    """The connections the mode plans for one process under a descriptor limit of NOFILE (a few are its own)."""
+    return int((nofile - 64) * PLANNED_SHARE)
+
+
+def worker_processes(spec: str, n: int, nofile: int) -> int:
+    """How many worker processes a server needs to hold N connections, where it can have several: 1 where one
+    process holds them (or the model has no --processes, or the spec sets it itself)."""
+    if not spec.startswith(PROCESS_MODELS) or "--processes" in spec or nofile == resource.RLIM_INFINITY:
+        return 1
+    return max(1, -(-n // per_process(nofile)))
 
 
 def kernel_snapshot(path: str, settle: bool = False) -> None:
@@ -175,9 +195,16 @@ class Connections:
     def connection_step(self, spec: str, n: int) -> tuple[str, dict[str, str]]:
         """One server, one N: what stopped it short of N ("" when it held them all), and the kernel's growth."""
         s = self.session
+        flags = server_flags(s, spec)
+        processes = worker_processes(spec, n, Host.nofile()[0])
+        if processes > 1:
+            flags += ["--processes", str(processes)]
+            s.say(f"  --processes {processes}: {n} connections at most {per_process(Host.nofile()[0])} per process "
+                  f"(each holds at most {Host.nofile()[0]} descriptors; the kernel spreads connections among the "
+                  "listeners by hash, not evenly)")
         s.launch_prefix = in_cgroup(cgroups["server"])
         try:
-            with Server(s, spec) as server:
+            with Server(s, spec, flags=flags) as server:
                 s.launch_prefix = []
                 return self.held_step(server, spec, n)
         finally:

@@ -208,7 +208,7 @@ class Server:
             match = re.fullmatch(r"listening on http://127\.0\.0\.1:([0-9]+)/", first_line(out))
             if match:
                 self.port = int(match.group(1))
-                self.pids = [self.pid, *children_of(self.pid)]
+                self.pids = [self.pid, *self.wait_for_workers(flags, deadline)]
                 return
             if self.process.poll() is not None:
                 status = exit_status(self.process.returncode)
@@ -225,6 +225,16 @@ class Server:
         s.error(f"error: {self.spec} printed no 'listening on http://127.0.0.1:PORT/' line within 10 s")
         self.problem = "did not start"
         self.stop()
+
+    def wait_for_workers(self, flags: list[str], deadline: float) -> list[int]:
+        """With --processes P the listening line comes before the workers are forked (common/workers.hpp): wait
+        until all P are there, so that every figure summed over self.pids counts them."""
+        expected = next((int(value) for name, value in zip(flags, flags[1:]) if name == "--processes"), 0)
+        workers = children_of(self.pid)
+        while len(workers) < expected and time.monotonic() < deadline and self.alive():
+            time.sleep(0.05)
+            workers = children_of(self.pid)
+        return workers
 
     def nginx_limits(self) -> tuple[int, int]:
         """worker_connections and worker_rlimit_nofile: room for the most connections the run opens at once."""
