@@ -12,7 +12,13 @@ port=${1:?usage: nginx.sh PORT ROOT}
 root=${2:?usage: nginx.sh PORT ROOT}
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x $nginx_bin ]] || { echo "nginx.sh: nginx is not installed (apt-get install nginx-light)" >&2; exit 1; }
+# SIGTERM, SIGINT and SIGHUP remove this run's folder (the trap below); SIGKILL, which the grader sends to what
+# outlives its SIGTERM by 3 s, cannot be caught: each run removes the folders of earlier runs whose script is gone.
+for old in /tmp/psp-grade-nginx-*; do
+  if [[ -f $old/owner ]] && ! kill -0 "$(cat "$old/owner")" 2>/dev/null; then rm -rf "$old"; fi
+done
 dir=$(mktemp -d /tmp/psp-grade-nginx-XXXXXX)
+echo $$ >"$dir/owner"
 user_line=""
 if ((EUID == 0)); then
   # As root, nginx's workers would switch to nobody, who cannot read the grader's folder (mode 700): they stay
@@ -46,7 +52,7 @@ http {
   }
 }
 CONF
-trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir"; exit 0' TERM INT
+trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir"; exit 0' TERM INT HUP
 "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
 pid=$!
 wait "$pid" || status=$?

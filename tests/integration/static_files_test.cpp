@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -316,38 +317,54 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
       {"/outside-dir/root/notes.txt", 404, Inside::notes},  // out and back in is still out
       {"/?../secret.txt", 200},     // the query is ignored: this is the root's index
   };
+  // Each spelling that fails adds a line, the leaks first: a report shows the first three and how many more, so that
+  // a real leak is not buried under forty complaints about a status.
+  std::vector<std::string> leaks, others;
+  const auto one_line = [](const HttpResponse& r) {
+    return r.status_line + (r.header("Location") ? ", Location: " + *r.header("Location") : "");
+  };
   for (const Case& k : cases) {
-    SCOPED_TRACE("GET " + k.target);
+    const std::string what = "GET " + k.target + ": ";
     const Exchange x = exchange_once(request("GET", k.target, "HTTP/1.1", "Connection: close\r\n"));
-    EXPECT_EQ(x.bytes.find(root.marker()), std::string::npos)
-        << "a file outside the root leaked: " << Client::preview(x.bytes);
-    EXPECT_EQ(x.bytes.find("root:"), std::string::npos) << "/etc/passwd leaked: " << Client::preview(x.bytes);
+    if (const auto at = x.bytes.find(root.marker()); at != std::string::npos)
+      leaks.push_back(what + "a file outside the root leaked: " + Client::preview(x.bytes.substr(at, 60)));
+    if (const auto at = x.bytes.find("root:"); at != std::string::npos)
+      leaks.push_back(what + "/etc/passwd leaked: " + Client::preview(x.bytes.substr(at, 60)));
     if (!x.response) {
-      ADD_FAILURE() << x.error;  // and on to the next spelling, which may leak
+      others.push_back(what + x.error);  // and on to the next spelling, which may leak
       continue;
     }
     const HttpResponse& r = *x.response;
     if (!general_server_rules() || k.status == 200) {
-      EXPECT_EQ(r.status, k.status) << r.head_text();
-      if (k.status == 200) {
-        EXPECT_EQ(r.body, root.index_body());
-      }
+      if (r.status != k.status) others.push_back(what + one_line(r) + ", want " + std::to_string(k.status));
+      else if (k.status == 200 && r.body != root.index_body()) others.push_back(what + "not the root's index");
       continue;
     }
     if (r.status >= 400 && r.status < 500) continue;  // RFC 9110 15.5: any client error refuses
     const bool stays = is_redirect(r.status) && path_on_this_site(r.header("Location").value_or(""), "127.0.0.1");
     switch (k.inside) {
-      case Inside::nothing: ADD_FAILURE() << "want a 4xx:\n" << r.head_text(); break;
+      case Inside::nothing: others.push_back(what + one_line(r) + ", want a 4xx"); break;
       case Inside::root:
-        EXPECT_TRUE(stays || (r.status == 200 && r.body == root.index_body()))
-            << "want a 4xx, the root's index or a redirect on this site:\n" << r.head_text();
+        if (!stays && !(r.status == 200 && r.body == root.index_body()))
+          others.push_back(what + one_line(r) + ", want a 4xx, the root's index or a redirect on this site");
         break;
-      case Inside::directory: EXPECT_TRUE(stays) << "want a 4xx or a redirect on this site:\n" << r.head_text(); break;
+      case Inside::directory:
+        if (!stays) others.push_back(what + one_line(r) + ", want a 4xx or a redirect on this site");
+        break;
       case Inside::notes:
-        EXPECT_TRUE(r.status == 200 && r.body == root.file("/notes.txt").body) << "want a 4xx or notes.txt:\n"
-                                                                                << r.head_text();
+        if (!(r.status == 200 && r.body == root.file("/notes.txt").body))
+          others.push_back(what + one_line(r) + ", want a 4xx or notes.txt");
         break;
     }
+  }
+  std::vector<std::string> all = leaks;
+  all.insert(all.end(), others.begin(), others.end());
+  if (!all.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < all.size() && i < 3; ++i) list += "\n  " + all[i];
+    if (all.size() > 3) list += "\n  and " + std::to_string(all.size() - 3) + " more";
+    ADD_FAILURE() << (leaks.empty() ? "" : std::to_string(leaks.size()) + " leak(s) from outside the root; ")
+                  << all.size() << " of " << std::size(cases) << " spellings failed:" << list;
   }
   EXPECT_TRUE(serves_file());
 }
@@ -849,7 +866,10 @@ TEST_P(StaticFiles, FiveGiBSparseFileHead) {
   const auto r = ask(c, request("HEAD", "/sparse.bin"), true);
   ASSERT_TRUE(r) << c.error();
   EXPECT_EQ(r->status, 200) << r->head_text();
-  EXPECT_EQ(r->header("Content-Length").value_or(""), "5368709120");
+  // RFC 9110 9.3.2: a response to HEAD may leave Content-Length out (this course's servers send it); when sent, it
+  // is the file's whole length, past 4 GiB.
+  const char* no_length = general_server_rules() ? "5368709120" : "";
+  EXPECT_EQ(r->header("Content-Length").value_or(no_length), "5368709120") << r->head_text();
   // RFC 9110 8.8.2: Last-Modified is a SHOULD; when sent, it is the file's.
   const char* absent = general_server_rules() ? StaticRoot::kLastModified : "";
   EXPECT_EQ(r->header("Last-Modified").value_or(absent), StaticRoot::kLastModified);
