@@ -413,19 +413,19 @@ def run_one(root, text):
     results folder it wrote as a repository path, or "" when it named none inside the repository)."""
     words = shlex.split(text)
     words[0] = os.path.join(root, words[0])
-    process = subprocess.Popen(words, cwd=root, stdout=subprocess.PIPE, text=True, bufsize=1)
     folder = ""
-    try:
-        for line in process.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            m = re.match(r"results: (\S+)", line)  # the driver's last lines: `results: DIR (summary.md, ...)`
-            if m:
-                folder = m.group(1)
-        status = process.wait()
-    except KeyboardInterrupt:
-        process.wait()  # the driver got the Ctrl-C too, and stops what it started
-        raise
+    with subprocess.Popen(words, cwd=root, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+        try:
+            for line in process.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                m = re.match(r"results: (\S+)", line)  # the driver's last lines: `results: DIR (summary.md, ...)`
+                if m:
+                    folder = m.group(1)
+            status = process.wait()
+        except KeyboardInterrupt:
+            process.wait()  # the driver got the Ctrl-C too, and stops what it started before it leaves
+            raise
     if folder:
         full = os.path.abspath(os.path.join(root, folder))
         folder = os.path.relpath(full, root).replace(os.sep, "/")
@@ -507,7 +507,9 @@ def run_campaign(root, only, resume, dry_run, retarget_after):
             return 1
         entry["status"] = "done"
         save_record(root, record)
-    print(f"\ncampaign: every command done; the record is {RECORD}")
+    made = " ".join(e["new"] for e in record["commands"] if e.get("status") == "done" and e.get("new"))
+    print(f"\ncampaign: every command done; the record is {RECORD}. Results folders are ignored by git until "
+          f"added by force: git add -f {made} {RECORD}")
     return retarget(root) if retarget_after else 0
 
 
@@ -552,17 +554,30 @@ def retarget(root):
             with open(full, "w", encoding="utf-8") as f:
                 f.write("\n".join(lines))
     print(f"campaign: {len(rewritten)} line(s) retargeted to the new runs; regenerating with sync.py")
-    done = subprocess.run([sys.executable, os.path.join(HERE, "sync.py"), "--root", root], capture_output=True,
-                          text=True)
-    retargeted = {(doc, line) for doc, line, kind in rewritten if kind == "marker"}
-    unmatched, other = [], []
-    for line in (done.stdout + done.stderr).split("\n"):
+    sync_py = [sys.executable, os.path.join(HERE, "sync.py"), "--root", root]
+    done = subprocess.run(sync_py, capture_output=True, text=True)
+    refreshed = sum(1 for line in done.stdout.split("\n") if re.match(r"^\S+:\d+: refreshed ", line))
+    print(f"campaign: sync.py regenerated {refreshed} block(s) and value(s)")
+    for line in done.stderr.split("\n"):
+        if line.startswith("note: "):
+            print(f"campaign: sync.py {line}")  # a new results folder that git does not track yet
+    # The problems, read again from the files as sync.py left them, so that every line number is today's.
+    check = subprocess.run(sync_py + ["--check"], capture_output=True, text=True)
+    new_runs = set(mapping.values())
+    unmatched, other, listing = [], [], False
+    for line in check.stderr.split("\n"):
         m = SYNC_PROBLEM_RE.match(line)
-        if m and (m.group(1), int(m.group(2))) in retargeted:
+        if re.match(r"^\d+ problem\(s\)", line):
+            listing = True
+        elif listing and m and cites_one_of(root, m.group(1), int(m.group(2)), new_runs, markers=True):
             unmatched.append(f"{m.group(1)}:{m.group(2)}: {m.group(3)}")
-        elif m or (line.strip() and done.returncode != 0 and "problem(s)" not in line):
+        elif listing and line.startswith("  "):
             other.append(line.strip())
-    plain = [f"{doc}:{line}" for doc, line, kind in rewritten if kind == "text"]
+    if check.returncode != 0 and not unmatched and not other:
+        other.append((check.stderr or check.stdout).strip() or f"sync.py --check exited with status "
+                                                                f"{check.returncode}")
+    plain = sorted({f"{c.doc}:{c.line}" for c in citations(root) if c.kind == "text" and c.run in new_runs},
+                   key=lambda place: (place.split(":")[0], int(place.split(":")[1])))
     if plain:
         print("campaign: plain citations rewritten; the sentence around each may quote the old run's numbers, so "
               "read it again:")
@@ -579,15 +594,26 @@ def retarget(root):
         for problem in unmatched:
             print(f"  {problem}", file=sys.stderr)
     if other:
-        print("campaign: sync.py also reported:", file=sys.stderr)
+        print("campaign: sync.py --check also reports:", file=sys.stderr)
         for line in other:
             print(f"  {line}", file=sys.stderr)
     record["retargeted"] = now()
     save_record(root, record)
-    if unmatched or done.returncode != 0:
+    if unmatched or other or done.returncode != 0:
         return 1
     print("campaign: every citation now names its new run, and sync.py regenerated the blocks")
     return 0
+
+
+def cites_one_of(root, doc, number, runs, markers):
+    """Whether line `number` of `doc` names one of `runs` (in a marker, with markers=True)."""
+    full = os.path.join(root, doc)
+    if not os.path.isfile(full):
+        return False
+    lines = read_text(full).split("\n")
+    if not 0 < number <= len(lines) or (markers and not is_marker_line(lines[number - 1])):
+        return False
+    return any(name in runs for _, _, name in run_names_in(root, lines[number - 1]))
 
 
 def posixpath_name(path):
