@@ -16,8 +16,8 @@ SUITE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(grade.REPO, "buil
 RUBRIC = os.path.join(grade.HERE, "rubric.ini")
 
 
-def suite_tests(chapter, command="server"):
-    env = dict(os.environ, PSP_GRADE_COMMAND=command, PSP_GRADE_CHAPTER=str(chapter))
+def suite_tests(chapter, command="server", profile="course"):
+    env = dict(os.environ, PSP_GRADE_COMMAND=command, PSP_GRADE_CHAPTER=str(chapter), PSP_GRADE_PROFILE=profile)
     return grade.list_tests(SUITE, env)
 
 
@@ -216,6 +216,7 @@ class Rubric(unittest.TestCase):
         names = set()
         for chapter in range(8):
             names |= {grade.check_name(t).split("[")[0] for t in suite_tests(chapter)}
+        names |= {grade.check_name(t).split("[")[0] for t in suite_tests(0, "{port} {root}", "static")}
         for profile in ("course", "static"):
             categories, rfc = grade.load_rubric(RUBRIC, profile)
             patterns = [p for c in categories for p in c.checks + c.quick] + [p for p, _ in rfc]
