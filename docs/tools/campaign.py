@@ -319,6 +319,17 @@ def list_campaign(root):
     for path, places in sorted(other_results(root).items()):
         where = "; ".join(f"{doc}:{line}" for doc, line in places)
         print(f"\nalso cited, not made by benchmark.sh, so not part of the campaign: {path} ({where})")
+    machines = {}
+    for run in runs.values():
+        if run.summary is not None:
+            machines.setdefault(run.summary.field("Machine").split(";")[0].strip() or "(no machine named)",
+                                []).append(run)
+    print("\nMachines: " + "; ".join(f"{name} ({len(found)} run(s))" for name, found in sorted(machines.items())))
+    if len(machines) > 1:  # runs of two machines on one page compare the machines too (nginx: 14.8k and 33.1k req/s)
+        for doc in dict.fromkeys(c.doc for run in runs.values() for c in run.cites):
+            named = {name for name, found in machines.items() for run in found if any(c.doc == doc for c in run.cites)}
+            if len(named) > 1:
+                print(f"  {doc} cites runs of {len(named)} machines: {"; ".join(sorted(named))}")
     print(f"\nEstimated time for the whole campaign: {duration_text(total)}, the sum of each command's latest cited "
           f"run's own duration (start to end in its summary.md)" +
           (f"; {len(unknown)} command(s) of unknown duration not counted" if unknown else "") + ".")
@@ -533,7 +544,7 @@ def retarget(root):
     if not mapping:
         print(f"campaign: {RECORD} maps no old run to a new one: nothing to retarget")
         return 0
-    rewritten = []  # (doc, line, kind)
+    rewritten = []  # (doc, the line as rewritten, "marker" or "text")
     for doc in sync.doc_files(root):
         full = os.path.join(root, doc)
         lines = read_text(full).split("\n")
@@ -547,7 +558,7 @@ def retarget(root):
                 continue
             for start, end, name in reversed(spans):
                 line = line[:start] + mapping[name] + line[end:]
-            rewritten.append((doc, i + 1, "marker" if is_marker_line(lines[i]) else "text"))
+            rewritten.append((doc, line, "marker" if is_marker_line(lines[i]) else "text"))
             lines[i] = line
             changed = True
         if changed:
@@ -576,8 +587,11 @@ def retarget(root):
     if check.returncode != 0 and not unmatched and not other:
         other.append((check.stderr or check.stdout).strip() or f"sync.py --check exited with status "
                                                                 f"{check.returncode}")
-    plain = sorted({f"{c.doc}:{c.line}" for c in citations(root) if c.kind == "text" and c.run in new_runs},
-                   key=lambda place: (place.split(":")[0], int(place.split(":")[1])))
+    plain = []  # the rewritten prose lines, found again by their text (sync.py moves lines, never prose)
+    for doc in dict.fromkeys(doc for doc, _, kind in rewritten if kind == "text"):
+        texts = {line for d, line, kind in rewritten if d == doc and kind == "text"}
+        plain += [f"{doc}:{i + 1}" for i, line in enumerate(read_text(os.path.join(root, doc)).split("\n"))
+                  if line in texts]
     if plain:
         print("campaign: plain citations rewritten; the sentence around each may quote the old run's numbers, so "
               "read it again:")

@@ -171,6 +171,16 @@ class CampaignTest(unittest.TestCase):
         self.assertNotIn("2026-01-04_100000", report)  # no such folder: a date, not a run
         self.assertIn("Estimated time for the whole campaign: 28 min 00 s", report)
 
+    def test_list_names_the_machines_and_each_page_that_mixes_them(self):
+        self.cite_all()
+        code, report = self.campaign("--list")
+        self.assertIn("\nMachines: Test box, 2 CPUs (3 run(s))\n", report)
+        self.write("benchmark/results/2026-01-03_100000/summary.md",
+                   self.read("benchmark/results/2026-01-03_100000/summary.md").replace("Test box", "Other box"))
+        code, report = self.campaign("--list")
+        self.assertIn("\nMachines: Other box, 2 CPUs (1 run(s)); Test box, 2 CPUs (2 run(s))\n"
+                      "  docs/page.md cites runs of 2 machines: Other box, 2 CPUs; Test box, 2 CPUs\n", report)
+
     # ------------------------------------------------------------------------------------------------ --run
 
     def test_a_dirty_tree_is_refused_and_a_dry_run_says_so(self):
