@@ -28,7 +28,6 @@
 // the connection after any request that has one.
 #pragma once
 
-#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -70,8 +69,22 @@ struct Parse {
 
 namespace detail {
 
+// The character tests below run for every byte of every field name, so they are plain ASCII comparisons: <cctype>'s
+// functions are calls into the C library that consult the locale, for bytes whose meaning the RFCs fix.
+constexpr bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+constexpr bool is_alpha(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+constexpr char to_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr bool is_hex_digit(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
 inline bool is_tchar(unsigned char c) {  // RFC 9110 5.6.2: the characters of a token
-  return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  if (is_digit(c) || is_alpha(c)) return true;
+  switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+      return true;
+    default:
+      return false;
+  }
 }
 
 inline bool is_token(std::string_view s) {
@@ -84,7 +97,7 @@ inline bool is_token(std::string_view s) {
 inline bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+    if (to_lower(a[i]) != to_lower(b[i])) return false;
   return true;
 }
 
@@ -97,9 +110,9 @@ inline std::string_view trim(std::string_view s) {  // optional whitespace (OWS)
 // Host = uri-host [ ":" port ] (RFC 9112 3.2, RFC 3986 3.2.2): a name or address made of unreserved characters,
 // percent-encodings, sub-delims, and the brackets and colons of an IPv6 literal. Empty is allowed.
 inline bool is_host(std::string_view value) {
+  constexpr std::string_view kOthers = "-._~%!$&'()*+,;=:[]";
   for (unsigned char c : value)
-    if (!std::isalnum(c) && std::string_view("-._~%!$&'()*+,;=:[]").find(static_cast<char>(c)) == std::string_view::npos)
-      return false;
+    if (!is_digit(c) && !is_alpha(c) && kOthers.find(static_cast<char>(c)) == std::string_view::npos) return false;
   return true;
 }
 
@@ -217,8 +230,8 @@ struct Head {
     for (unsigned char c : target_)
       if (c <= ' ' || c == 0x7f) return 400;
     if (version.size() != 8 || version.substr(0, 5) != "HTTP/" ||
-        !std::isdigit(static_cast<unsigned char>(version[5])) || version[6] != '.' ||
-        !std::isdigit(static_cast<unsigned char>(version[7])))
+        !is_digit(static_cast<unsigned char>(version[5])) || version[6] != '.' ||
+        !is_digit(static_cast<unsigned char>(version[7])))
       return 400;
     // RFC 9110 6.2: a major version is a different protocol (HTTP/2 and 3 have their own framing, 0.9 none): 505.
     // A higher minor version of HTTP/1 "SHOULD" be processed as the highest one we implement (RFC 9112 2.3 too):
@@ -449,9 +462,9 @@ class RequestReader {
     // chunk-size = 1*HEXDIG, then extensions (";" name [= value]), which we ignore (RFC 9112 7.1.1).
     std::size_t digits = 0;
     long long size = 0;
-    for (; digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits])); ++digits) {
+    for (; digits < line.size() && detail::is_hex_digit(static_cast<unsigned char>(line[digits])); ++digits) {
       if (size > max_body_) return 413;  // before it could overflow: already more than we would read
-      int c = std::tolower(static_cast<unsigned char>(line[digits]));
+      char c = detail::to_lower(line[digits]);
       size = size * 16 + (c <= '9' ? c - '0' : c - 'a' + 10);
     }
     std::string_view ext = detail::trim(line.substr(digits));
@@ -575,17 +588,25 @@ inline std::string status_and_headers(int status, std::optional<std::uint64_t> c
   return head;
 }
 
-// The answer to a well-formed request: 200 with the 1 KB body (none for HEAD).
+// The answer to a well-formed request: 200 with the 1 KB body (none for HEAD). Only its Date changes, once a
+// second, so each thread formats it (keep-alive and close) once per second and hands out copies: formatting it
+// anew for every request took more of the server's own CPU than reading the request did.
 inline std::string response(const Request& request) {
-  static const std::string body = [] {
-    std::string b(kBodySize, 'x');
-    b.back() = '\n';
-    return b;
-  }();
-  std::string out = status_and_headers(200, body.size(), request.keep_alive);
-  out += "\r\n";
-  if (!request.head_only) out += body;
-  return out;
+  struct Formatted {
+    std::string date;           // the http_date() it was formatted with: a new second formats it again
+    std::string text;           // head and body
+    std::size_t head_size = 0;  // where the body starts: a HEAD gets only what comes before
+  };
+  thread_local Formatted formatted[2];  // [keep_alive]
+  Formatted& f = formatted[request.keep_alive];
+  if (f.date != http_date()) {
+    f.date = http_date();
+    f.text = status_and_headers(200, kBodySize, request.keep_alive) + "\r\n";
+    f.head_size = f.text.size();
+    f.text.append(kBodySize - 1, 'x');
+    f.text += '\n';
+  }
+  return request.head_only ? f.text.substr(0, f.head_size) : f.text;
 }
 
 // The answer to a request we refuse: a short text body, and the connection closes after it. A response to HEAD
