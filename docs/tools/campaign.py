@@ -329,7 +329,7 @@ def list_campaign(root):
         for doc in dict.fromkeys(c.doc for run in runs.values() for c in run.cites):
             named = {name for name, found in machines.items() for run in found if any(c.doc == doc for c in run.cites)}
             if len(named) > 1:
-                print(f"  {doc} cites runs of {len(named)} machines: {"; ".join(sorted(named))}")
+                print(f"  {doc} cites runs of {len(named)} machines: {'; '.join(sorted(named))}")
     print(f"\nEstimated time for the whole campaign: {duration_text(total)}, the sum of each command's latest cited "
           f"run's own duration (start to end in its summary.md)" +
           (f"; {len(unknown)} command(s) of unknown duration not counted" if unknown else "") + ".")
