@@ -541,6 +541,10 @@ def retarget(root):
             for old in entry.get("old", []):
                 mapping[posixpath_name(old)] = posixpath_name(entry["new"])
     mapping = {old: new for old, new in mapping.items() if old != new}
+    undone = [e.get("command", "?") for e in record["commands"] if e.get("status") != "done"]
+    if undone:
+        print(f"campaign: {len(undone)} command(s) of {RECORD} are not done, so their runs stay cited as they are: "
+              + "; ".join(undone))
     if not mapping:
         print(f"campaign: {RECORD} maps no old run to a new one: nothing to retarget")
         return 0
@@ -674,6 +678,10 @@ def main(argv=None):
     except (CampaignError, fingerprint.GitError) as e:
         print(f"campaign: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"campaign: interrupted; {RECORD} says what is done, and `python3 docs/tools/campaign.py --run "
+              f"--resume` goes on from there", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
