@@ -380,14 +380,17 @@ def code_id(root):
     return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
 
 
-def code_state(root):
-    """(HEAD's commit, its code id); CampaignError when the measured code has uncommitted changes."""
-    dirty = dirty_paths(root)
+def code_state(root, allow_dirty=False):
+    """(HEAD's commit, its code id, why the working tree is not that code or ""); CampaignError instead of the
+    last one unless allow_dirty."""
+    dirty, refusal = dirty_paths(root), ""
     if dirty:
         shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        raise CampaignError(f"the code differs from HEAD ({shown}): a campaign measures one commit; commit or set "
-                            f"aside those changes first")
-    return git(root, "rev-parse", "HEAD").strip(), code_id(root)
+        refusal = (f"the code differs from HEAD ({shown}): a campaign measures one commit; commit or set aside "
+                   f"those changes first")
+        if not allow_dirty:
+            raise CampaignError(refusal)
+    return git(root, "rev-parse", "HEAD").strip(), code_id(root), refusal
 
 
 # -------------------------------------------------------------------------------------------------------- record
@@ -430,7 +433,7 @@ def run_one(root, text):
             for line in process.stdout:
                 sys.stdout.write(line)
                 sys.stdout.flush()
-                m = re.match(r"results: (\S+)", line)  # the driver's last lines: `results: DIR (summary.md, ...)`
+                m = re.match(r"results: (.+?) \(summary\.md", line)  # the driver's `results: DIR (summary.md, ...)`
                 if m:
                     folder = m.group(1)
             status = process.wait()
@@ -457,13 +460,7 @@ def run_campaign(root, only, resume, dry_run, retarget_after):
             raise CampaignError(f"--only {only} matches no command (see --list)")
     for run in orphans:
         print(f"campaign: {run.path} is cited but cannot be measured again ({run.problem}); left as it is")
-    try:
-        commit, code = code_state(root)
-        refusal = ""
-    except CampaignError as e:
-        if not dry_run:
-            raise
-        commit, code, refusal = "", "", str(e)
+    commit, code, refusal = code_state(root, allow_dirty=dry_run)
     record = load_record(root)
     if record is not None and record.get("code") != code:
         if resume and not dry_run:
@@ -495,7 +492,7 @@ def run_campaign(root, only, resume, dry_run, retarget_after):
     for n, (command, skipped) in enumerate(plan, 1):
         if skipped:
             continue
-        now_commit, now_code = code_state(root)  # the code may not change between two commands either
+        now_commit, now_code, _ = code_state(root)  # the code may not change between two commands either
         if now_code != code:
             raise CampaignError(f"the code changed during the campaign (HEAD is now {now_commit[:12]}, the campaign "
                                 f"measures {commit[:12]}): finish it on one commit, or start again")

@@ -63,7 +63,7 @@ ROWS = "| 03-select | 10 | 900 | 5.0 |\n| 05-epoll | 10 | 1000 | 7.0 |\n| nginx 
 class CampaignTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
-        self.root = os.path.join(self.tmp.name, "repo")
+        self.root = os.path.join(self.tmp.name, "a repo")  # a space in the path, as in a home folder
         self.calls = os.path.join(self.tmp.name, "calls.log")
         self.write("05-epoll/main.cpp", "int main() { return 0; }\n")
         self.write("03-select/main.cpp", "int main() { return 1; }\n")
