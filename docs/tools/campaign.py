@@ -36,6 +36,7 @@ Standard library only; Python 3.8+.
 """
 
 import argparse
+import calendar
 import hashlib
 import importlib.util
 import json
@@ -259,8 +260,8 @@ def run_seconds(title):
     m = TITLE_TIMES_RE.search(title)
     if not m:
         return None
-    start = time.mktime(time.strptime(f"{m.group(1)} {m.group(2)}", "%Y-%m-%d %H:%M:%S"))
-    end = time.mktime(time.strptime(f"{m.group(3) or m.group(1)} {m.group(4)}", "%Y-%m-%d %H:%M:%S"))
+    start = calendar.timegm(time.strptime(f"{m.group(1)} {m.group(2)}", "%Y-%m-%d %H:%M:%S"))  # UTC: no DST
+    end = calendar.timegm(time.strptime(f"{m.group(3) or m.group(1)} {m.group(4)}", "%Y-%m-%d %H:%M:%S"))
     if end < start:
         end += 24 * 3600  # past midnight
     return end - start
