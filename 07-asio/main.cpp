@@ -206,7 +206,7 @@ class Session : public std::enable_shared_from_this<Session> {
     state_ = State::kHandling;
     if (!handler_needs_timer(loop_.opts)) {
       run_handler_here(loop_.opts);  // --handler sleep/spin: stalls this loop (or one thread of a pool), on purpose
-      return answer(p.request);
+      return answer(std::move(p.request));  // moved, not copied: its five strings, on every request
     }
     delay_.expires_after(loop_.opts.delay);
     delay_.async_wait([self = shared_from_this(), request = std::move(p.request)](const error_code& ec) {
