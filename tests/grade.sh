@@ -7,6 +7,7 @@
 #   ./tests/grade.sh --chapter 1 -- ./build/01-blocking-single/run_server   chapter 01's rules (one at a time)
 #   ./tests/grade.sh --profile static -- python3 my_server.py {port} {root}  any static-file server, any language
 #   ./tests/grade.sh --quick --report reports --each 'submissions/*/run.sh'  a folder of submissions: grades.csv
+#   ./tests/grade.sh --quick --url http://127.0.0.1:8080/ --pid 1234     a server already running (left running)
 #   ./tests/grade.sh --help                                           every option
 #
 # Exit status: 0 when every check passed, 1 when one failed, 2 on bad usage. Like tests/run_tests.sh, it first
