@@ -374,9 +374,14 @@ class RequestReader {
   // empty line comes, takes the head (and the empty lines before it) out of `in` and moves on to the body's state.
   // Returns an error status, or 0.
   int read_head(std::string& in) {
-    for (; scanned_ < in.size(); ++scanned_, ++scanned_total_) {
-      if (in[scanned_] != '\n') continue;
-      std::size_t line_end = scanned_ + 1;
+    while (scanned_ < in.size()) {
+      // The next line's end, from where the last call stopped looking: find() is memchr(), many bytes per step.
+      std::size_t lf = in.find('\n', scanned_);
+      std::size_t looked_at = lf == std::string::npos ? in.size() : lf + 1;
+      scanned_total_ += looked_at - scanned_;
+      scanned_ = looked_at;
+      if (lf == std::string::npos) break;
+      std::size_t line_end = lf + 1;
       std::string_view line(in.data() + line_start_, line_end - 1 - line_start_);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // RFC 9112 2.2: a bare LF ends a line too
       bool first = line_start_ == head_start_;
@@ -394,7 +399,6 @@ class RequestReader {
       // The head is whole: take it out of the buffer, and read the body it announced (perhaps none).
       in.erase(0, line_end);
       taken_ += line_end;
-      ++scanned_total_;
       if (!head_.chunked && head_.length > max_body_) return 413;  // at once, before any body is sent
       state_ = head_.chunked ? State::kChunkSize : State::kBody;
       body_left_ = head_.length;
