@@ -14,8 +14,9 @@
 //                 `Connection: close` (04 does that when other clients wait for a worker);
 //        blocked  no answer within --answer-ms: accepted (or queued) but not served, because the server's
 //                 threads are all sitting on other connections (01, 04). That is the cost we want to show;
-//        untried  not opened: once 2 x --window connections in a row were not held, the server has stopped
-//                 taking them (it is at a limit), and a holder process opens no more;
+//        untried  not opened: once 2 x --window connections in a row were not held, and no late answer came in
+//                 the 5 x --answer-ms after, the server has stopped taking them (it is at a limit), and a
+//                 holder process opens no more;
 //   3. reads /proc again while they are all held, and times --probes new clients (one request each, one after
 //      another: the median and the p99 of their times);
 //   4. with --hold, prints a `holding ...` line and keeps the connections open, idle, until it gets SIGTERM:
@@ -317,11 +318,18 @@ class Holder {
     std::size_t next = 0;
     std::deque<std::size_t> waiting;  // opened and not settled, oldest first: their deadlines are in order
     while ((next < conns_.size() || !waiting.empty()) && g_release == 0) {
-      // A server that has kept none of the last 2 x window connections has stopped taking them (at its limit):
-      // the rest are not tried, which keeps a step far past the limit short.
+      // A server that has kept none of the last 2 x window connections has stopped taking them (at its limit),
+      // or is only slow (63 worker processes and as many holders on 2 CPUs, a million connections opening): open
+      // nothing for 5 x --answer-ms while a late answer may still come. Without one, it has stopped, and the rest
+      // are not tried, which keeps a step far past the limit short.
       if (next < conns_.size() && not_held_in_a_row_ >= 2 * options_.window) {
-        untried_ = static_cast<long>(conns_.size() - next);
-        conns_.resize(next);
+        const Clock::time_point stalled = Clock::now();
+        while (not_held_in_a_row_ > 0 && ms_since(stalled) < 5.0 * options_.answer_ms && g_release == 0)
+          poll_events(20);
+        if (not_held_in_a_row_ > 0) {
+          untried_ = static_cast<long>(conns_.size() - next);
+          conns_.resize(next);
+        }
       }
       while (next < conns_.size() && in_flight_ < options_.window) {
         if (!open(next)) return false;
