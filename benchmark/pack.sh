@@ -77,9 +77,11 @@ cat > "$out/run.sh" <<'EOF'
 # The benchmark from this folder (made by benchmark/pack.sh): --mode scaling unless another --mode is given.
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$here/results"
-export PATH="$here/bin:$PATH" PSP_PACKED="$here"
-exec "$here/benchmark/benchmark.sh" --no-build --build-dir "$here/build" --results-dir "$here/results" \
-  --log "$here/results/output.log" --mode scaling "$@"
+# (As environment variables, so that the command line a summary records is the one given here.)
+export PATH="$here/bin:$PATH" PSP_PACKED="$here" PSP_NO_BUILD=1 PSP_BUILD_DIR="$here/build" \
+  PSP_RESULTS_DIR="${PSP_RESULTS_DIR:-$here/results}" PSP_LOG="${PSP_LOG:-$here/results/output.log}" \
+  PSP_MODE="${PSP_MODE:-scaling}"
+exec "$here/benchmark/benchmark.sh" "$@"
 EOF
 chmod +x "$out/run.sh"
 echo "packed $(du -sh "$out" | cut -f1) into $out (commit $commit); run it there as root: $out/run.sh --help"

@@ -39,12 +39,14 @@ def usage() -> str:
 
 
 def command_line(argv: list[str]) -> str:
-    """The command as summary.md quotes it, each argument quoted as bash's printf %q does (as before)."""
+    """The command as summary.md quotes it, each argument quoted as bash's printf %q does (as before). A packed
+    run (benchmark/pack.sh) is quoted as the two commands that make it again on a machine like its own."""
+    program = "benchmark/pack.sh PACK && PACK/run.sh" if os.environ.get("PSP_PACKED") else "benchmark/benchmark.sh"
     if not argv:
-        return "benchmark/benchmark.sh"
+        return program
     quoted = subprocess.run(["bash", "-c", 'printf " %q" "$@"', "_", *argv], capture_output=True, text=True,
                             check=False).stdout
-    return "benchmark/benchmark.sh" + quoted
+    return program + quoted
 
 
 def interrupted(signum, frame) -> None:
