@@ -785,6 +785,8 @@ def panels_script(terminal: str, output: str, data: str, layout: str,
                      f"set xlabel {gnuplot_quote(panel.x_label)}", f"set ylabel {gnuplot_quote(panel.y_label)}"]
         lines = [f"{gnuplot_quote(data)} index {first + i} using 1:2 with linespoints linetype {kind} "
                  f"title {gnuplot_quote(label)}" for i, (label, kind) in enumerate(labels)]
+        if not lines:  # nothing measured for this panel (--mode scaling with --delay-us 0 alone): leave it out
+            continue
         if panel.y == "p99_ms":
             lines.append(f"{target_ms:g} with lines dashtype 2 linecolor 'black' title 'target'")
         commands.append("plot " + ", ".join(lines))

@@ -162,7 +162,7 @@ def header(session: Session, context: Context) -> list[str]:
     wrk = ""
     if o.tool == "wrk":
         wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
-    lines.append(f"- Tools: ab {m['ab_version']}{wrk}")
+    lines.append(f"- Tools: {wrk[2:] if o.mode == 'scaling' else 'ab ' + m['ab_version'] + wrk}")
     lines.append(f"- Before the run: CPUs {context.busy} % busy, load average {context.start_load}")
     if session.failures:
         lines.append(f"- **Checks: {session.failures} failed** (see the check column and {session.log_file})")
