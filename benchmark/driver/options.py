@@ -146,6 +146,14 @@ def words(text: str) -> list[str]:
     return text.replace(",", " ").split()
 
 
+def wrk_only(o: Options, refusal: str, connections: str) -> None:
+    """A mode that always uses wrk: refuses another --tool, and sets wrk and the mode's default connections."""
+    if (o.tool or "wrk") != "wrk":
+        raise UsageError(refusal)
+    o.tool = "wrk"
+    o.concurrency_list = o.concurrency_list or connections
+
+
 def validate(o: Options, has_build_target) -> Options:
     """Fills the defaults by mode and refuses what cannot work, in the order of today's checks (the first one
     that fails is the one reported). has_build_target(build_dir, folder) names the CMake target that builds
@@ -164,10 +172,7 @@ def validate(o: Options, has_build_target) -> Options:
             raise UsageError("--mode latency takes one connection count (-c N)")
         o.duration = o.duration or "5s"
     if o.mode == "scaling":
-        if (o.tool or "wrk") != "wrk":
-            raise UsageError("--mode scaling uses wrk (one client thread per client CPU)")
-        o.tool = "wrk"
-        o.concurrency_list = o.concurrency_list or "256"
+        wrk_only(o, "--mode scaling uses wrk (one client thread per client CPU)", "256")
         o.duration = o.duration or "5s"
         # Both handlers unless one is named: 0 (what the I/O model costs) and 1 ms (where Little's law caps it).
         o.delays = [int(o.delay_us)] if re.fullmatch(r"[0-9]+", o.delay_us) else [0, 1000]
@@ -176,10 +181,7 @@ def validate(o: Options, has_build_target) -> Options:
         raise UsageError("--cores is for --mode scaling")
     o.duration = o.duration or "10s"
     if o.mode == "files":
-        if (o.tool or "wrk") != "wrk":
-            raise UsageError("--mode files always uses wrk (it checks the bytes read; ab cannot)")
-        o.tool = "wrk"
-        o.concurrency_list = o.concurrency_list or "100 1000"
+        wrk_only(o, "--mode files always uses wrk (it checks the bytes read; ab cannot)", "100 1000")
         o.delay_us = o.delay_us or "0"
     o.tool = o.tool or "ab"
     o.concurrency_list = o.concurrency_list or "1 10 100 500"

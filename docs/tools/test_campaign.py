@@ -15,6 +15,7 @@ import unittest
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import campaign  # noqa: E402
+from scratch import ScratchFiles  # noqa: E402
 import fingerprint  # noqa: E402
 
 SUMMARY = """\
@@ -60,7 +61,7 @@ print("all checks passed")
 ROWS = "| 03-select | 10 | 900 | 5.0 |\n| 05-epoll | 10 | 1000 | 7.0 |\n| nginx (reference) | 10 | 2000 | – |"
 
 
-class CampaignTest(unittest.TestCase):
+class CampaignTest(ScratchFiles, unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = os.path.join(self.tmp.name, "a repo")  # a space in the path, as in a home folder
@@ -93,16 +94,6 @@ class CampaignTest(unittest.TestCase):
     def git(self, *args):
         return subprocess.run(["git", "-C", self.root, "-c", "user.name=t", "-c", "user.email=t@t", *args],
                               capture_output=True, text=True, check=True).stdout
-
-    def write(self, path, text):
-        full = os.path.join(self.root, path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    def read(self, path):
-        with open(os.path.join(self.root, path), encoding="utf-8") as f:
-            return f.read()
 
     def result(self, name, command, day, minutes, mode="throughput", rows=ROWS, prints=None):
         self.write(f"benchmark/results/{name}/summary.md",

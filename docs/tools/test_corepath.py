@@ -10,6 +10,7 @@ import unittest
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import corepath  # noqa: E402
+from scratch import ScratchFiles  # noqa: E402
 
 # A chapter whose core is its introduction (6 words, the title's 3 included), The code (2 + 5), and Labs (1, then
 # the lab's 4 and its answer's 3, "Answer" included). The box, the nav, the code and the comments do not count: 21.
@@ -57,7 +58,7 @@ It works.
 """
 
 
-class CorePathTest(unittest.TestCase):
+class CorePathTest(ScratchFiles, unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = self.tmp.name
@@ -66,16 +67,6 @@ class CorePathTest(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
-
-    def write(self, path, text):
-        full = os.path.join(self.root, path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    def read(self, path):
-        with open(os.path.join(self.root, path), encoding="utf-8") as f:
-            return f.read()
 
     def run_tool(self, *args):
         out, err = io.StringIO(), io.StringIO()

@@ -16,6 +16,7 @@ import unittest
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import fingerprint  # noqa: E402
 import sync  # noqa: E402
+from scratch import ScratchFiles  # noqa: E402
 
 SOURCE = """\
 int main() {
@@ -125,7 +126,7 @@ nginx,100,3,12500.00,n/a,ok
 """
 
 
-class SyncTest(unittest.TestCase):
+class SyncTest(ScratchFiles, unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = self.tmp.name
@@ -140,16 +141,6 @@ class SyncTest(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
-
-    def write(self, path, text):
-        full = os.path.join(self.root, path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    def read(self, path):
-        with open(os.path.join(self.root, path), encoding="utf-8") as f:
-            return f.read()
 
     def run_sync(self, *args, fresh=True):
         """sync.main on the scratch repository. fresh: first give every results folder without a fingerprints.json
