@@ -59,6 +59,12 @@ It works.
 
 
 class CorePathTest(ScratchFiles, unittest.TestCase):
+    def test_stale_notes_do_not_count(self):
+        # sync.py's notes beside numbers and blocks of older runs go when the run is made again: not core words.
+        self.assertEqual(corepath.word_count("took 7.2 <sup>(measured on older 05 code)</sup> µs"), 3)
+        self.assertEqual(corepath.word_count("> Measured on an earlier version of 05-epoll than the code in this "
+                                             "repository; re-measure: `x`.\nplain words"), 2)
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = self.tmp.name
