@@ -29,7 +29,7 @@ out=$(mkdir -p "$1" && cd "$1" && pwd)
 source "$repo/tools/ensure-packages.sh"
 ensure_packages g++ liburing-dev libboost-dev libasio-dev wrk nginx util-linux python3
 
-rm -rf "$out/build" "$out/bin" "$out/lib" "$out/libexec" "$out/benchmark"
+rm -rf "${out:?}/build" "${out:?}/bin" "${out:?}/lib" "${out:?}/libexec" "${out:?}/benchmark"
 mkdir -p "$out/build/benchmark" "$out/bin" "$out/lib" "$out/libexec" "$out/benchmark"
 flags=(-std=c++17 -O2 -pthread -static)
 build() {  # build NAME SOURCE [LIBRARIES...]: one static binary, the build's line printed
@@ -56,6 +56,7 @@ for program in wrk nginx taskset; do
   ldd "$path" | awk '/=> \// { print $3 }' | while read -r library; do cp -L "$library" "$out/lib/"; done
   # The wrapper: the packed loader runs the program with the packed libraries (exec: the same PID, so the
   # driver stops nginx's master by the PID it started).
+  # shellcheck disable=SC2016  # ($here and $0 are the wrapper's, expanded when it runs, not now)
   printf '%s\n' '#!/bin/sh' 'here=$(cd "$(dirname "$0")/.." && pwd)' \
     "exec \"\$here/lib/ld-linux-x86-64.so.2\" --library-path \"\$here/lib\" \"\$here/libexec/$program\" \"\$@\"" \
     > "$out/bin/$program"
