@@ -199,9 +199,9 @@ class Connections:
         processes = worker_processes(spec, n, Host.nofile()[0])
         if processes > 1:
             flags += ["--processes", str(processes)]
-            s.say(f"  --processes {processes}: {n} connections at most {per_process(Host.nofile()[0])} per process "
-                  f"(each holds at most {Host.nofile()[0]} descriptors; the kernel spreads connections among the "
-                  "listeners by hash, not evenly)")
+            s.say(f"  --processes {processes}: {n} connections, planned at most {per_process(Host.nofile()[0])} "
+                  f"per process (each may hold {Host.nofile()[0]} descriptors, and the kernel spreads connections "
+                  "among the listeners by hash, not evenly)")
         s.launch_prefix = in_cgroup(cgroups["server"])
         try:
             with Server(s, spec, flags=flags) as server:

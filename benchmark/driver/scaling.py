@@ -27,7 +27,7 @@ from .session import BODY_BYTES, CsvTable, Session, no_commas, ratio, read
 SCHEMA = ("server", "cores", "connection", "delay_us", "repetition", "requests_per_s", "p99_ms", "complete",
           "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct", "check")
 CONNECTIONS = ("keep-alive", "close")  # the `connection` column: how the client uses its connections
-WARM_UP = "1s"  # wrk's warm-up of each server started: page faults, thread pools, the accept queue
+WARM_UP, WARM_UP_S = "1s", 1  # wrk's warm-up of each server started: page faults, thread pools, the accept queue
 
 
 def cpu_list(first: int, last: int) -> str:
@@ -67,8 +67,8 @@ class Scaling:
 
     def delays(self, spec: str) -> list[int]:
         """The floor has no handler: it is measured without a wait only."""
-        return [0] if spec == FLOOR and 0 in self.session.options.delays else (
-            [] if spec == FLOOR else self.session.options.delays)
+        delays = self.session.options.delays
+        return [delay for delay in delays if delay == 0] if spec == FLOOR else delays
 
     def run(self) -> None:
         s, o = self.session, self.session.options
@@ -108,12 +108,13 @@ class Scaling:
                     self.progress += 1
                     self.row(spec, k, load, delay, rep, {"check": "FAILED: " + no_commas(problem)})
                 return
-            self.wrk(server, k, loads[0], "warm-up", WARM_UP)
+            self.wrk(server, k, loads[0], "warm-up", WARM_UP, WARM_UP_S)
             for load in loads:
                 self.progress += 1
                 s.say(f"[{self.progress}/{self.total}] {spec} K={k} {load} --delay-us {delay}")
                 self.row(spec, k, load, delay, rep, self.measure(server, spec, k, load))
                 if not server.alive():
+                    server.stop()  # (which reaps it: its exit status)
                     s.fail_check(f"{spec} K={k} died (exit status {server.exit})")
                     return
             server.stop()
@@ -124,7 +125,7 @@ class Scaling:
         key = {"server": spec, "cores": k, "connection": load, "delay_us": delay, "repetition": rep}
         self.table.add({**key, **{name: figures.get(name, "n/a") for name in SCHEMA if name not in key}})
 
-    def wrk(self, server: Server, k: int, load: str, what: str, duration: str) -> tools.Record:
+    def wrk(self, server: Server, k: int, load: str, what: str, duration: str, seconds: int) -> tools.Record:
         """wrk on the client's CPUs, one thread per CPU, its output appended to the log."""
         s, o = self.session, self.session.options
         cpus = client_cpus(k, s.cpus)
@@ -134,7 +135,7 @@ class Scaling:
         s.log_header(f"{server.spec} K={k} {load} {what}", " ".join(command), server.command,
                      f"server CPUs 0-{k - 1}, client CPUs {prefix[-1]}")
         out = s.path("run.out")
-        status = tools.run_client(int(duration.rstrip("s")) + 60, [*prefix, *command], out)
+        status = tools.run_client(seconds + 60, [*prefix, *command], out)
         s.append_file_to_log(out)
         output = read(out)
         return tools.Record(command, status, output, tools.parse("wrk", output))
@@ -144,7 +145,7 @@ class Scaling:
         s, o = self.session, self.session.options
         cpus = client_cpus(k, s.cpus)
         ticks_before, client_before = sample.cpu_ticks(server.pids), sample.cpu_times(cpus)
-        record = self.wrk(server, k, load, "run", o.duration)
+        record = self.wrk(server, k, load, "run", o.duration, o.duration_s)
         ticks, client_after = sample.cpu_ticks(server.pids) - ticks_before, sample.cpu_times(cpus)
         f, problems = record.figures, []
         if record.status != 0:
