@@ -310,7 +310,7 @@ def start(command, root, extra=()):
             if proc.returncode != 0:
                 return proc, port, None
             why = ("the server exited 0 before accepting a connection itself: it went into the background (a "
-                   "daemon). Run it in the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader "
+                   "daemon): run it in the foreground (busybox httpd -f, nginx -g 'daemon off;'), so the grader "
                    "can stop it.")
     stop(proc)
     return None, None, why
