@@ -147,8 +147,12 @@ def describe_machine(session: Session) -> dict[str, str]:
     # A packed run (benchmark/pack.sh) has no git: packed.json says which commit it was packed from.
     commit = packed().get("commit") or command_output(["git", "-C", session.repo, "rev-parse", "--short",
                                                        "HEAD"]).strip() or "no commit"
-    if commit != "no commit" and not packed() and subprocess.run(["git", "-C", session.repo, "diff", "--quiet", "HEAD"],
-                                                capture_output=True, check=False).returncode != 0:
+    # -dirty: the code measured differs from the commit. Only the code counts (as in pack.sh): a page of docs/ being
+    # edited during a run does not make its numbers unreadable.
+    code = ["0*", "common/", "benchmark/"]  # 0*: every server folder (a pathspec glob; "0*/" would match none)
+    if commit != "no commit" and not packed() and subprocess.run(
+            ["git", "-C", session.repo, "diff", "--quiet", "HEAD", "--", *code], capture_output=True,
+            check=False).returncode != 0:
         commit += "-dirty"
     session.commit = commit
     ab_words = command_output(["ab", "-V"]).split("\n", 1)[0].split()
