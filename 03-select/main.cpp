@@ -10,6 +10,7 @@
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp
 // Run:    ./run_server            (./run_server --help for the flags)
 // Try:    curl -i http://127.0.0.1:8080/
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/select.h>
 
@@ -164,6 +165,12 @@ class Loop {
   }
 
   void start_writing(Conn& c, Outgoing response) {
+    // select() never watches a file, but its descriptor takes the lowest free number, which a connection accepted
+    // meanwhile then misses (fd >= FD_SETSIZE: 503). Move it above select()'s range; if that fails, it stays put.
+    if (response.file.valid() && response.file.get() < FD_SETSIZE) {
+      const int high = ::fcntl(response.file.get(), F_DUPFD_CLOEXEC, FD_SETSIZE);
+      if (high >= 0) response.file.reset(high);  // closes the low number
+    }
     c.out = std::move(response);
     c.state = State::kWriting;
   }

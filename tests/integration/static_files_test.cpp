@@ -1291,5 +1291,43 @@ TEST_P(StaticFilesHuge, FiveGiBSparseFileWhole) {
 
 INSTANTIATE_TEST_SUITE_P(AllServers, StaticFilesHuge, ::testing::ValuesIn(servers_with_own_file_path()), ServerName());
 
+// ---------------------------------------------------------------------------------------------------------------
+// 03 watches only descriptors below FD_SETSIZE, and a file being sent would take the lowest free number, one that a
+// connection accepted meanwhile then misses (and is refused with 503). So 03 moves each file it sends above 1023.
+class SelectFiles : public StaticFiles {};
+
+// The number of the descriptor `pid` holds open on `path`, or -1.
+int fd_number_of(pid_t pid, const std::string& path) {
+  const std::string fds = describe_fds(pid);  // "N -> target" lines
+  const std::string tail = " -> " + path + "\n";
+  const std::size_t at = fds.find(tail);
+  if (at == std::string::npos) return -1;
+  const std::size_t line = fds.rfind('\n', at);
+  return std::stoi(fds.substr(line == std::string::npos ? 0 : line + 1, at));
+}
+
+TEST_P(SelectFiles, AFileInFlightLeavesTheLowNumbersToConnections) {
+  if (!launch_static()) return;
+  Client c = connect({false, /*rcvbuf=*/16 * 1024});  // a reader that takes nothing: the 50 MiB file stays open
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_TRUE(c.send(get("/big.bin", "Connection: close\r\n"), deadline_in(kIoTimeout))) << c.error();
+  const std::string path = static_root().dir() + "/big.bin";
+  int fd = -1;
+  for (const auto deadline = deadline_in(kIoTimeout); fd < 0 && Clock::now() < deadline;) {
+    fd = fd_number_of(server_->pid(), path);
+    if (fd < 0) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(fd, 0) << "the server never opened " << path << ":\n" << describe_fds(server_->pid());
+  EXPECT_GE(fd, 1024) << describe_fds(server_->pid());
+  Client next = connect();  // and the next connection takes a low number, which select() can watch
+  ASSERT_TRUE(next.ok()) << next.error();
+  const Exchange x = exchange_once(get("/notes.txt", "Connection: close\r\n"));
+  ASSERT_TRUE(x.response) << x.error;
+  EXPECT_EQ(x.response->status, 200);
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SelectFiles);
+INSTANTIATE_TEST_SUITE_P(Server03, SelectFiles, ::testing::ValuesIn(servers({3})), ServerName());
+
 }  // namespace
 }  // namespace psp::test
