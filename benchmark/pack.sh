@@ -68,7 +68,7 @@ cp -r "$here/driver" "$here/analyse.py" "$here/kernel_memory.py" "$here/wrk_done
   "$out/benchmark/"
 find "$out/benchmark" -name __pycache__ -prune -exec rm -rf {} +
 commit=$(git -C "$repo" rev-parse --short HEAD)
-git -C "$repo" diff --quiet HEAD -- 0*/ common/ benchmark/ || commit+=-dirty
+git -C "$repo" diff --quiet HEAD -- 0*/ common/ benchmark/ ":(exclude)benchmark/results" || commit+=-dirty
 python3 "$repo/docs/tools/fingerprint.py" --json --root "$repo" > "$out/fingerprints.json"
 printf '{"commit": "%s", "build_type": "Release (g++ -O2 -static, benchmark/pack.sh)"}\n' "$commit" \
   > "$out/packed.json"

@@ -21,7 +21,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import connections, idle, latency, main, options, scaling, summary, sweep, tools  # noqa: E402
+from driver import connections, environment, idle, latency, main, options, scaling, summary, sweep, tools  # noqa: E402
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
@@ -428,6 +428,31 @@ class FingerprintTest(unittest.TestCase):
             summary.write_fingerprints(session, results)
             with open(os.path.join(results, "fingerprints.json"), encoding="ascii") as file:
                 self.assertEqual(file.read(), '{"05-epoll": "abc"}\n')
+
+
+class CommitTest(unittest.TestCase):
+    def test_dirty_only_when_the_measured_code_differs(self):
+        with tempfile.TemporaryDirectory() as repo:
+            def git(*args):
+                subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True)
+
+            for path in ("05-epoll/main.cpp", "benchmark/results/campaign.json", "docs/05-epoll.md"):
+                os.makedirs(os.path.join(repo, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(repo, path), "w", encoding="ascii") as file:
+                    file.write("one\n")
+            git("init", "-q")
+            git("add", "-A")
+            git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+            head = environment.measured_commit(repo)
+            self.assertRegex(head, r"^[0-9a-f]{7,}$")
+            for path in ("benchmark/results/campaign.json", "docs/05-epoll.md"):  # data and pages: not code
+                with open(os.path.join(repo, path), "w", encoding="ascii") as file:
+                    file.write("two\n")
+            self.assertEqual(environment.measured_commit(repo), head)
+            with open(os.path.join(repo, "05-epoll/main.cpp"), "w", encoding="ascii") as file:
+                file.write("two\n")
+            self.assertEqual(environment.measured_commit(repo), head + "-dirty")
+        self.assertEqual(environment.measured_commit(repo), "no commit")  # the folder is gone: no git there
 
 
 class LauncherTest(unittest.TestCase):

@@ -134,6 +134,19 @@ def tail(path: str, count: int) -> str:
     return "\n".join(read(path).rstrip("\n").split("\n")[-count:])
 
 
+def measured_commit(repo: str) -> str:
+    """HEAD's short commit, with -dirty when the code to measure differs from it; "no commit" outside git. Only the
+    code counts (as in pack.sh and campaign.py): a page of docs/ edited during a run does not make its numbers
+    unreadable, nor does benchmark/results/, which is data (the campaign rewrites its record there between runs)."""
+    commit = command_output(["git", "-C", repo, "rev-parse", "--short", "HEAD"]).strip()
+    if not commit:
+        return "no commit"
+    code = ["0*", "common/", "benchmark/", ":(exclude)benchmark/results"]  # 0*: a pathspec glob ("0*/" matches none)
+    changed = subprocess.run(["git", "-C", repo, "diff", "--quiet", "HEAD", "--", *code], capture_output=True,
+                             check=False).returncode != 0
+    return commit + ("-dirty" if changed else "")
+
+
 def describe_machine(session: Session) -> dict[str, str]:
     """The machine, for the log headers and the summary."""
     cpuinfo = read("/proc/cpuinfo")
@@ -145,16 +158,7 @@ def describe_machine(session: Session) -> dict[str, str]:
     memory = "%.1f GiB" % (int(meminfo.group(1)) / 1048576) if meminfo else ""
     virt = next(iter(re.findall(r"^Hypervisor vendor: *(.*)$", command_output(["lscpu"]), re.M)), "")
     # A packed run (benchmark/pack.sh) has no git: packed.json says which commit it was packed from.
-    commit = packed().get("commit") or command_output(["git", "-C", session.repo, "rev-parse", "--short",
-                                                       "HEAD"]).strip() or "no commit"
-    # -dirty: the code measured differs from the commit. Only the code counts (as in pack.sh): a page of docs/ being
-    # edited during a run does not make its numbers unreadable.
-    code = ["0*", "common/", "benchmark/"]  # 0*: every server folder (a pathspec glob; "0*/" would match none)
-    if commit != "no commit" and not packed() and subprocess.run(
-            ["git", "-C", session.repo, "diff", "--quiet", "HEAD", "--", *code], capture_output=True,
-            check=False).returncode != 0:
-        commit += "-dirty"
-    session.commit = commit
+    session.commit = packed().get("commit") or measured_commit(session.repo)
     ab_words = command_output(["ab", "-V"]).split("\n", 1)[0].split()
     return {"os": os_name, "memory": memory, "virt": virt, "ab_version": ab_words[4] if len(ab_words) > 4 else ""}
 
