@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../common/closing.hpp"
+#include "../common/exchange.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -57,7 +58,9 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //                                                                                      v Connection: close, error,
 //                                            close <-- EOF, error, 16 MiB, deadline  LINGERING        or stopping
 //
-//   READING: wants input. The request deadline (--idle-timeout) counts from when it began waiting (accept, or the
+//   READING: wants input. Between requests it owns no Exchange (common/exchange.hpp): the bytes of a request make
+//   one, and it goes once the response is sent and nothing more has come: an idle connection is a 40-byte Conn.
+//   The request deadline (--idle-timeout) counts from when it began waiting (accept, or the
 //   previous response sent); reads do not push it back, so a client that dribbles its head is closed all the same.
 //   WAITING: no I/O at all (bytes that arrive wait in the kernel), and no deadline.
 //   WRITING: wants writability until `out` is all sent: its head, then (with --root) its file by sendfile() from
@@ -71,18 +74,19 @@ constexpr int kMaxEvents = 256;  // ready fds taken per epoll_pwait2(); more sta
 //   sendfile() in its loop); only advanced.cpp --splice moves the reads to kernel workers (the open stays).
 enum class State { kReading, kWaiting, kWriting, kLingering };
 
+// [excerpt:conn]
 struct Conn {
   Fd fd;                          // closed when close_conn() drops the connection from the table
-  std::uint64_t generation = 0;   // tells it apart from earlier connections that had the same fd number
   State state = State::kReading;
-  std::string in;                 // bytes received and not yet read by `reader`: may hold pipelined requests
-  http::RequestReader reader;     // where the request being read stands (common/http.hpp)
-  http::Request request;          // WAITING: the request the handler is working on
-  Outgoing out;                   // WRITING: the response, how far it has got, and whether to close after it
-  Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
-  Lingering lingering;            // LINGERING: its deadline, and the bytes thrown away
   std::uint32_t events = 0;       // what epoll watches this fd for now, so watch() calls epoll_ctl() only on change
+  std::uint64_t generation = 0;   // tells it apart from earlier connections that had the same fd number
+  Clock::time_point idle_since;   // READING: since the request wait began; WRITING: the last write progress
+  std::unique_ptr<Exchange> x;    // from a request's first byte to its response's last (and LINGERING): `in`,
+                                  // the parser, the request, the response; none while idle between requests
 };
+// What an idle connection costs us, besides its table entry and its timer: the kernel's socket costs several KiB.
+static_assert(sizeof(Conn) <= 40, "an idle connection's state is a few words; a request's lives in its Exchange");
+// [/excerpt:conn]
 // [/excerpt:connection]
 
 // Timers are never cancelled (see timers.hpp). Each names its connection by fd AND generation; when it fires for a
@@ -151,7 +155,6 @@ class Loop {
       int fd = client.get();
       Conn& c = conns_[fd];
       c.fd = std::move(client);
-      c.reader = http::RequestReader(opts_.max_body);
       c.generation = ++generations_;
       c.idle_since = Clock::now();
       timers_.add(c.idle_since + opts_.idle_timeout, Timer{Timer::kIdle, fd, c.generation});
@@ -164,17 +167,18 @@ class Loop {
 
   void on_readable(Conn& c) {
     if (c.state == State::kLingering) {  // throw the bytes away; the client's FIN (or the deadline) ends it
-      if (!discard_input(c.fd.get(), c.lingering)) close_conn(c);
+      if (!discard_input(c.fd.get(), c.x->lingering)) close_conn(c);
       return;
     }
-    long n = recv_into(c.fd.get(), c.in);
-    if (n == -2) return;               // nothing to read after all
-    if (n <= 0) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
-    advance(c);                        // (no new idle_since: the request deadline holds however often bytes come)
+    if (!c.x) c.x = std::make_unique<Exchange>(opts_.max_body);  // a request begins (or more of one arrives)
+    long n = recv_into(c.fd.get(), c.x->in);
+    if (n == 0 || n == -1) return close_conn(c);  // EOF (the peer closed or half-closed) or an error such as a reset
+    advance(c);  // -2, nothing to read after all: advance() finds no request. (No new idle_since: the request
+                 // deadline holds however often bytes come.)
   }
 
   void start_writing(Conn& c, Outgoing response) {
-    c.out = std::move(response);
+    c.x->out = std::move(response);
     c.state = State::kWriting;
   }
 
@@ -183,16 +187,15 @@ class Loop {
   void advance(Conn& c) {
     for (;;) {
       if (c.state == State::kWriting) {
-        SendProgress progress = send_some(c.fd.get(), c.out);
+        SendProgress progress = send_some(c.fd.get(), c.x->out);
         if (progress == SendProgress::kFailed) return reset_conn(c);  // the peer reset or vanished, or the file shrank
         c.idle_since = Clock::now();  // progress, or the response is done and the wait for the next request begins
         if (progress == SendProgress::kBlocked) break;  // the send buffer is full: wait until it is writable
-        if (!c.out.keep_alive) return start_lingering(c);  // the graceful end (a stop's responses say close)
-        c.out = Outgoing{};  // its buffer back to the allocator: an idle connection owns no response
+        if (!c.x->out.keep_alive) return start_lingering(c);  // the graceful end (a stop's responses say close)
         c.state = State::kReading;  // and look at once for a pipelined request already in `in`
       }
       if (c.state != State::kReading) break;  // WAITING: the handler's timer moves it on
-      http::Parse p = c.reader.next(c.in);  // takes the request (head and body) out of `in` as it reads it
+      http::Parse p = c.x->reader.next(c.x->in);  // takes the request (head and body) out of `in` as it reads it
       if (p.status == http::Parse::kIncomplete) break;  // read more, only now that we need more
       if (p.status != http::Parse::kComplete) {
         // An error, with Connection: close (nothing can follow a framing error); or "100 Continue" for a client that
@@ -201,7 +204,7 @@ class Loop {
         continue;
       }
       if (handler_needs_timer(opts_)) {
-        c.request = p.request;
+        c.x->request = p.request;
         c.state = State::kWaiting;
         timers_.add(Clock::now() + opts_.delay, Timer{Timer::kHandler, c.fd.get(), c.generation});
         break;
@@ -209,8 +212,10 @@ class Loop {
       run_handler_here(opts_);  // --handler sleep|spin (or --delay-us 0): every other client waits meanwhile
       start_writing(c, respond(opts_, p.request));
     }
-    // Stopping, and between requests (its response said keep-alive before the stop): closed, as in begin_stop().
+    // Stopping, and reading (its response said keep-alive before the stop): closed, as in begin_stop().
     if (stopping_ && c.state == State::kReading) return close_conn(c);
+    // Between requests: the request's state goes back to the allocator (destroyed, not assigned: exchange.hpp).
+    if (c.state == State::kReading && c.x->between_requests()) c.x.reset();
     watch(c);
   }
   // [/excerpt:advance]
@@ -258,15 +263,15 @@ class Loop {
     Conn& c = conns_.at(t.fd);
     if (t.kind == Timer::kHandler) {
       if (c.state != State::kWaiting) return;
-      start_writing(c, respond(opts_, c.request));
+      start_writing(c, respond(opts_, c.x->request));
       return advance(c);
     }
     // LINGERING has a deadline of its own, which the bytes that come in push back: its timer looks at it again,
     // and the idle timer retires. Past it, a plain close: the response has had its time.
     if (c.state == State::kLingering) {
       if (t.kind != Timer::kLinger) return;
-      if (c.lingering.deadline() <= now) return close_conn(c);
-      return timers_.add(c.lingering.deadline(), t);
+      if (c.x->lingering.deadline() <= now) return close_conn(c);
+      return timers_.add(c.x->lingering.deadline(), t);
     }
     // The deadline check. Write progress and finished responses move idle_since, not the heap: the check looks at
     // the real deadline now; past it, reset (closing.hpp), otherwise look again then. (The handler's wait never
@@ -303,8 +308,8 @@ class Loop {
   void start_lingering(Conn& c) {
     if (!shutdown_writing(c.fd.get())) return close_conn(c);  // the peer is gone already
     c.state = State::kLingering;
-    c.lingering = Lingering(Clock::now());
-    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.fd.get(), c.generation});
+    c.x->lingering = Lingering(Clock::now());
+    timers_.add(c.x->lingering.deadline(), Timer{Timer::kLinger, c.fd.get(), c.generation});
     watch(c);
   }
 
