@@ -21,19 +21,17 @@
 //   --send-zc           with --root, a file goes file -> buffer -> zero-copy send (IORING_OP_SEND_ZC, 6.0),
 //                       instead of by sendfile(); without --root it changes nothing
 //
-// Needs:  what main.cpp needs (Linux 5.11, liburing 2.3 or later), and what each flag says.
+// Needs:  what main.cpp needs (Linux 5.19, liburing 2.3 or later), and what each flag says.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server_advanced advanced.cpp -luring
 // Run:    ./run_server_advanced --defer-taskrun      (--help lists the flags)
 // Try:    curl -i http://127.0.0.1:8080/
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +43,7 @@
 #include <vector>
 
 #include "../common/closing.hpp"
+#include "../common/exchange.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -63,18 +62,22 @@ constexpr unsigned kRingEntries = 1024;  // SQ slots: Ring::get_sqe() submits wh
 // CQ slots: a connection has one operation in flight (two while it is cancelled), so 8192 (128 KiB) hold a turn of
 // 4,000 connections, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
 constexpr unsigned kCqEntries = 8 * kRingEntries;
-constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
+// The loop's provided buffers, which every recv reads into (see arm_recv): one is taken per recv that completes in a
+// turn, and each is given back before the turn's submit, so 256 cover a turn of 256 connections that sent something.
+// Past that, a recv fails with -ENOBUFS and is simply armed again. 256 KiB per loop, whatever the connections.
+constexpr unsigned kBufferCount = 256;  // a power of two, as a buffer ring requires
+constexpr std::size_t kBufferSize = 1024;
+constexpr int kBufferGroup = 0;
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
 // The flags' own (see the header):
 constexpr off_t kSpliceMax = 1 << 30;  // --splice: the most one file splice asks for; the pipe takes what fits
 constexpr int kPipeSize = 1 << 20;  // not the default 64 KiB: wrk -c100 then fetched a 1 MB file ~1.5x as often
-// --multishot-recv: the loop's provided buffers, and how much a connection may buffer while it answers (pipelined
-// requests) before its recv is paused. A loop turn needs one buffer per connection that sent something: with 256,
-// wrk -c300 met an empty ring (-ENOBUFS) on 4 % of its requests; with 1024, none up to -c1000.
-constexpr unsigned kBufferCount = 1024;  // a power of two, as a buffer ring requires
-constexpr std::size_t kBufferSize = 2048;
-constexpr int kBufferGroup = 0;
-constexpr std::size_t kMaxBuffered = 2 * kRecvChunk;  // main.cpp reads no more while it answers; see on_received
+// --multishot-recv: more buffers in the loop's ring, and how much a connection may buffer while it answers
+// (pipelined requests) before its recv is paused. A recv that stays armed takes a buffer for every read, also while
+// its connection is busy: with 256 buffers of 2 KiB, wrk -c300 met an empty ring (-ENOBUFS) on 4 % of its requests;
+// with 1024, none up to -c1000.
+constexpr unsigned kMultishotBufferCount = 1024;
+constexpr std::size_t kMaxBuffered = 8192;  // as main.cpp's reads: a head is at most 8 KiB; see on_received
 constexpr unsigned kZcBufferSize = 256 * 1024;  // --send-zc: a connection's file buffer, made for its first file
 constexpr sockaddr kDisconnect{AF_UNSPEC, {}};  // --fixed-files: connect() to it resets a connection (close_direct)
 
@@ -159,11 +162,14 @@ constexpr Tag decode(std::uint64_t data) {
 // registered files, so the socket calls main.cpp makes itself go through the ring (see close_direct). A zero-copy
 // send also delays the slot's reuse: the kernel may read `zc_buffer` until its notification (see send_file_zc).
 //
-// Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
-// pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
-// write `chunk` or read `out.head`, and uses its descriptor; in_flight counts those SQEs (+1 queued, -1 reaped).
-// A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
-// finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
+// Ownership: the Loop owns every Conn, one unique_ptr per slot, and a Conn owns its Exchange (common/exchange.hpp):
+// the request and response state, which exists only while a request is in progress. From the moment an SQE of the
+// connection is queued until its CQE is reaped, the kernel uses its descriptor and, for a send, reads `x->out.head`;
+// in_flight counts those SQEs (+1 queued, -1 reaped). A recv points at none of the connection's memory: it reads
+// into a buffer of the loop's ring (see arm_recv). The Exchange is destroyed only in READING, when no send is in
+// flight, or by release(); a connection's fd is closed and its slot reused only once it is CLOSING and in_flight
+// is 0. So a completion never finds its buffer freed or its slot reused; the generation check in dispatch() is a
+// second line of defence.
 //
 // We close with a plain ::close(fd), not IORING_OP_CLOSE: by then nothing of the connection is in flight, closing a
 // socket does not block, and IORING_OP_CLOSE would add one more completion to wait for before the slot is reused.
@@ -178,16 +184,13 @@ struct Conn {
   std::uint32_t generation = 0;  // bumped when the slot is freed
   int fd = -1;
   State state = State::kFree;
-  Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop or a deadline cancels
-  int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
-  std::string in;     // bytes received and not yet read by `reader`: may hold pipelined requests
-  http::RequestReader reader;          // where the request being read stands (common/http.hpp)
-  std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
-  Clock::time_point since;             // READING: when the wait for this request began; SENDING: the last progress
-  http::Request request;               // WAITING: the request the timer runs for
-  Outgoing out;                        // SENDING: the response (common/response.hpp)
-  Lingering lingering;                 // LINGERING: bytes thrown away, and until when (common/closing.hpp)
-  bool reset = false;                  // CLOSING: the close sends an RST (End::kReset)
+  Op op = Op::kNone;     // the operation whose CQE moves the state on: the one a stop or a deadline cancels
+  bool reset = false;    // CLOSING: the close sends an RST (End::kReset)
+  int in_flight = 0;     // SQEs queued for this connection whose CQE has not been reaped yet
+  Clock::time_point since;  // READING: when the wait for this request began; SENDING: the last progress
+  // From the first byte of a request to the end of its response, or of the connection: the bytes received, the
+  // parser, the request, the response, the lingering close. None while the connection waits between requests.
+  std::unique_ptr<Exchange> x;
   // The flags' own:
   bool receiving = false;   // --multishot-recv: its recv is armed (until the CQE without IORING_CQE_F_MORE)
   bool read_ended = false;  // ... and ended with EOF or an error: close once `in` holds no whole request
@@ -198,6 +201,9 @@ struct Conn {
   std::size_t zc_sent = 0;            // ... and sent from it
   int zc_notifs = 0;  // ... zero-copy sends that may still read it, until their IORING_CQE_F_NOTIF (see dispatch)
 };
+// What an idle connection costs in user memory, besides its entry in the deadline heap: no buffer, no parser.
+// (main.cpp's bound is 40 bytes; the flags' state above adds what its comments say.)
+static_assert(sizeof(Conn) <= 112, "an idle connection keeps only its Conn: keep it small");
 // [/excerpt:connection]
 
 // An entry of the deadline heap (see on_deadline): kIdle, one per connection from its accept on; kLinger, one more
@@ -255,17 +261,21 @@ class Loop {
       return io_uring_queue_init_params(kRingEntries, &ring_.ring, &params);
     };
     int r = create(IORING_SETUP_COOP_TASKRUN);
-    if (r == -EINVAL) r = create(0);  // older than 5.19: without the flag, interrupted
-    if (r < 0 && params.flags != IORING_SETUP_CQSIZE) fail_startup(setup_refused(-r, params.flags));
-    if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.11 (it refused CQSIZE)");
+    if (r == -EINVAL && features.sqpoll_idle_ms > 0) r = create(0);  // the kernel refuses COOP_TASKRUN with SQPOLL
+    if (r < 0 && (params.flags & ~(IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN)))
+      fail_startup(setup_refused(-r, params.flags));
+    if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.19 (it refused COOP_TASKRUN)");
     if (r < 0) fail_startup(unavailable(-r));
     // FAST_POLL (5.7): without it every recv would park a kernel worker thread instead of waiting on the socket.
     // EXT_ARG (5.11): the wait with a timeout in run(), for which liburing would otherwise queue an SQE each time.
     if (!(params.features & IORING_FEAT_FAST_POLL) || !(params.features & IORING_FEAT_EXT_ARG))
       fail_startup("io_uring is unavailable: this kernel is older than 5.11 (no IORING_FEAT_FAST_POLL or EXT_ARG)");
+    unsigned buffer_count = kBufferCount;  // (advanced.cpp's --multishot-recv takes more)
+    if (features.multishot_recv) buffer_count = kMultishotBufferCount;  // see kMultishotBufferCount
+    if (int e = buffers_.set_up(ring_.ring, buffer_count, kBufferSize, kBufferGroup); e < 0)
+      fail_startup("io_uring is unavailable: no ring of provided buffers (" + std::string(std::strerror(-e)) + ")");
     if (features.attach_wq && first_ring_fd < 0) first_ring_fd = ring_.ring.ring_fd;  // main() keeps this Loop
     if (features.fixed_files) register_files();
-    if (features.multishot_recv) provide_buffers();
   }
   ~Loop() { io_uring_queue_exit(&ring_.ring); }
   Loop(const Loop&) = delete;
@@ -326,7 +336,7 @@ class Loop {
       case Op::kClose: return;   // --fixed-files: a registered file's reset or close (see close_direct)
       default: break;
     }
-    if (done.flags & IORING_CQE_F_BUFFER) take_buffer(t, res, done.flags);  // --multishot-recv: even a stale one
+    if (done.flags & IORING_CQE_F_BUFFER) take_buffer(t, res, done.flags);  // first: even a stale CQE's goes back
     if (t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation) return;  // stale: see user_data
     Conn& c = *conns_[t.slot];
     // The flags: an SQE is in flight until its last CQE, and a multishot one carries IORING_CQE_F_MORE until then. A
@@ -342,11 +352,12 @@ class Loop {
     switch (t.op) {
       case Op::kRecv:
         if (features.multishot_recv) return on_received(c, res, done.flags);
-        if (res == -EAGAIN) return arm_recv(c);  // not ready after all: the same recv again (see on_sent)
+        // -EAGAIN: not ready after all (see on_sent). -ENOBUFS: this turn's recvs took every buffer of the ring;
+        // they are all back by the next submit. Either way, the same recv again.
+        if (res == -EAGAIN || res == -ENOBUFS) return arm_recv(c);
         if (c.state == State::kLingering) return discard(c, res);
         if (res <= 0) return close_conn(c);  // 0: EOF; <0: the client reset the connection, ...
-        c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
-        return process(c);
+        return process(c);  // the bytes are in the Exchange (take_buffer)
       case Op::kTimer:  // -ETIME is the normal end of a timeout; -ECANCELED means the stop grace ran out
         return res == -ETIME ? answer(c) : close_conn(c);
       case Op::kShutdown: return res < 0 ? cancel_and_close(c) : void();  // --fixed-files, see shutdown_direct
@@ -354,6 +365,21 @@ class Loop {
     }
   }
   // [/excerpt:loop-turn]
+
+  // [excerpt:take-buffer]
+  // A CQE with IORING_CQE_F_BUFFER: a recv filled one of the ring's buffers. The bytes go to the connection's
+  // Exchange, made for them if the connection was idle; a LINGERING connection throws them away, and so does one
+  // that is gone or CLOSING. Then the buffer goes back to the ring, whatever the CQE (see BufferRing::give_back).
+  void take_buffer(const Tag& t, int res, unsigned flags) {
+    unsigned id = BufferRing::id(flags);
+    Conn* c = t.slot < conns_.size() && conns_[t.slot]->generation == t.generation ? conns_[t.slot].get() : nullptr;
+    if (res > 0 && c && c->state != State::kLingering && c->state != State::kClosing) {
+      if (!c->x) c->x = std::make_unique<Exchange>(opts_.max_body);
+      c->x->in.append(buffers_.data(id), static_cast<std::size_t>(res));
+    }
+    buffers_.give_back(id);
+  }
+  // [/excerpt:take-buffer]
 
   // Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
@@ -392,8 +418,8 @@ class Loop {
     if (c.generation != t.generation || c.state == State::kClosing) return;  // its connection is gone or ending
     if (c.state == State::kLingering) {
       if (t.kind != Timer::kLinger) return;  // the kIdle entry retires
-      if (c.lingering.deadline() <= now) return cancel_and_close(c);  // a plain close: the response had its time
-      return timers_.add(c.lingering.deadline(), t);                   // input came and moved it
+      if (c.x->lingering.deadline() <= now) return cancel_and_close(c);  // a plain close: the response had its time
+      return timers_.add(c.x->lingering.deadline(), t);                   // input came and moved it
     }
     Clock::time_point deadline = (c.state == State::kWaiting ? now : c.since) + opts_.idle_timeout;
     if (deadline <= now) return cancel_and_close(c, End::kReset);
@@ -491,7 +517,6 @@ class Loop {
     Conn& c = *conns_[free_.back()];
     free_.pop_back();
     c.fd = fd;
-    c.reader = http::RequestReader(opts_.max_body);
     c.since = Clock::now();  // the first request must be complete --idle-timeout from now
     ++live_;
     timers_.add(c.since + opts_.idle_timeout, Timer{Timer::kIdle, c.slot, c.generation});
@@ -501,15 +526,21 @@ class Loop {
   }
 
   // [excerpt:protocol]
-  // The connection protocol: answer what is buffered; read more only when it holds no whole request.
+  // The connection protocol: answer what is buffered; read more only when it holds no whole request. Between
+  // requests, with no byte of the next one here, the Exchange goes: an idle connection keeps nothing but its Conn.
   void process(Conn& c) {
-    http::Parse p = c.reader.next(c.in);  // takes the request (head and body) out of `in` as it reads it
-    if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
+    Exchange& x = *c.x;
+    http::Parse p = x.reader.next(x.in);  // takes the request (head and body) out of `in` as it reads it
+    if (p.status == http::Parse::kIncomplete) {
+      // Destroy it, never assign a fresh one: libstdc++ would keep the old strings' buffers (common/exchange.hpp).
+      if (x.between_requests()) c.x.reset();
+      return stopping_ ? close_conn(c) : arm_recv(c);
+    }
     if (p.status != http::Parse::kComplete) {  // an error, or "100 Continue" (then back to reading the body)
-      c.out = p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue();
+      x.out = p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue();
       return send_more(c);
     }
-    c.request = std::move(p.request);
+    x.request = std::move(p.request);
     if (handler_needs_timer(opts_)) {
       c.state = State::kWaiting;
       io_uring_sqe* sqe = ring_.get_sqe();
@@ -521,13 +552,17 @@ class Loop {
     answer(c);
   }
 
-  // A recv into `chunk`, with no timeout of its own: the deadline is the heap's (on_deadline). READING leaves
-  // `since` alone, so the deadline stays where the wait for the request began.
+  // A recv with no buffer of its own (IOSQE_BUFFER_SELECT, length 0): when bytes come, the kernel takes a buffer of
+  // the loop's ring (take_buffer), so while it waits it holds no memory of ours. No timeout of its own either: the
+  // deadline is the heap's (on_deadline). READING leaves `since` alone, so the deadline stays where the wait for the
+  // request began.
   void arm_recv(Conn& c) {
     if (c.state != State::kLingering) c.state = State::kReading;
     if (features.multishot_recv) return arm_multishot_recv(c);
     io_uring_sqe* sqe = ring_.get_sqe();
-    io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
+    io_uring_prep_recv(sqe, c.fd, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kBufferGroup;
     direct(sqe);
     tag(sqe, Op::kRecv, &c);
   }
@@ -536,7 +571,7 @@ class Loop {
   // with a synchronous openat2() in the loop thread (quick from the dentry cache, but a cold disk stalls every
   // connection of this loop); IORING_OP_OPENAT2 and IORING_OP_STATX would make that asynchronous too.
   void answer(Conn& c) {
-    c.out = respond(opts_, c.request);
+    c.x->out = respond(opts_, c.x->request);
     send_more(c);
   }
   // [/excerpt:protocol]
@@ -561,7 +596,7 @@ class Loop {
   // `aio threads` for that), like the openat2() in answer().
   void send_more(Conn& c) {
     c.state = State::kSending;
-    Outgoing& out = c.out;
+    Outgoing& out = c.x->out;
     if (out.head_sent == out.head.size() && (features.splice || features.send_zc)) return send_file(c);
     if (out.head_sent < out.head.size()) {
       io_uring_sqe* sqe = ring_.get_sqe();
@@ -595,14 +630,14 @@ class Loop {
     if (op == Op::kPipeToSocket && res == -EAGAIN) return wait_writable(c);
     if (res == -EAGAIN) return send_more(c);
     if (res <= 0) return close_conn(c, End::kReset);
-    if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
+    if (op == Op::kSend) c.x->out.head_sent += static_cast<std::size_t>(res);
     if (op != Op::kSend && op != Op::kWritable) file_progress(c, op, static_cast<std::size_t>(res));  // the flags'
     send_more(c);
   }
 
   // The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
   void response_sent(Conn& c) {
-    if (!c.out.keep_alive) return linger(c);  // as the response said: a stop's say close (respond()); see process()
+    if (!c.x->out.keep_alive) return linger(c);  // as the response said: a stop's say close (respond()); see process()
     c.since = Clock::now();
     process(c);
   }
@@ -634,7 +669,7 @@ class Loop {
   // IOSQE_FIXED_FILE. `benchmark.sh --mode files 06 06-io_uring-advanced:--splice` measures the two side by side.
   void send_file(Conn& c) {
     c.since = Clock::now();  // progress, or the start: as in send_more
-    Outgoing& out = c.out;
+    Outgoing& out = c.x->out;
     if (out.done() && c.piped == 0 && c.zc_sent == c.zc_filled && c.zc_notifs == 0) return response_sent(c);
     if (features.send_zc) return send_file_zc(c);
     if (out.left > 0 && !c.pipe_wr.valid()) {  // the connection's first file
@@ -673,9 +708,9 @@ class Loop {
     if (op == Op::kFileToPipe) c.piped = n;
     if (op == Op::kFileToBuffer) c.zc_filled = n, c.zc_sent = 0;
     if (op == Op::kFileToPipe || op == Op::kFileToBuffer) {
-      c.out.offset += static_cast<off_t>(n);
-      c.out.left -= static_cast<off_t>(n);
-      if (c.out.left == 0) c.out.file.reset();  // the rest is in the pipe or the buffer: the file can be closed
+      c.x->out.offset += static_cast<off_t>(n);
+      c.x->out.left -= static_cast<off_t>(n);
+      if (c.x->out.left == 0) c.x->out.file.reset();  // the rest is in the pipe or the buffer: the file can be closed
     }
   }
   // [/excerpt:splice]
@@ -702,7 +737,7 @@ class Loop {
   // the receiving socket (every notification says so: IORING_NOTIF_USAGE_ZC_COPIED, measured on 6.18), so there this
   // mode only adds the read.
   void send_file_zc(Conn& c) {
-    Outgoing& out = c.out;
+    Outgoing& out = c.x->out;
     if (c.zc_sent < c.zc_filled) {
       io_uring_sqe* sqe = ring_.get_sqe();
       io_uring_prep_send_zc(sqe, c.fd, c.zc_buffer.get() + c.zc_sent, c.zc_filled - c.zc_sent, MSG_NOSIGNAL, 0);
@@ -732,11 +767,11 @@ class Loop {
   // answer decides the next state now, and IORING_OP_SHUTDOWN would run in a kernel worker thread (io-wq; on 6.18).
   void linger(Conn& c) {
     c.state = State::kLingering;
-    c.lingering = Lingering(Clock::now());
-    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
+    c.x->lingering = Lingering(Clock::now());
+    timers_.add(c.x->lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
     if (features.fixed_files) return shutdown_direct(c);  // no descriptor to call shutdown() on
     if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
-    arm_recv(c);  // into `chunk`, which nothing reads any more
+    arm_recv(c);  // take_buffer() gives its buffers straight back
   }
 
   // --fixed-files: no descriptor to call shutdown() on, so IORING_OP_SHUTDOWN, which runs in a kernel worker thread.
@@ -750,7 +785,7 @@ class Loop {
   }
   // LINGERING: a recv completed. EOF, an error or kLingerMaxBytes: a plain close (the deadline: see on_deadline).
   void discard(Conn& c, int res) {
-    if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Clock::now())) return arm_recv(c);
+    if (res > 0 && c.x->lingering.discarded(static_cast<std::size_t>(res), Clock::now())) return arm_recv(c);
     close_conn(c);
   }
   // [/excerpt:lingering]
@@ -769,8 +804,7 @@ class Loop {
     c.reset = false;
     c.state = State::kFree;
     c.generation = (c.generation + 1) & kGenerationMask;  // its heap entries and late CQEs are now stale
-    c.in.clear();
-    c.out = Outgoing();  // closes the file of a response cut short
+    c.x.reset();  // frees the buffers and closes the file of a response cut short
     c.receiving = c.read_ended = false;  // the flags' state (their CQEs came while CLOSING)
     c.pipe_rd.reset();                  // --splice: the pipe, with whatever it still held
     c.pipe_wr.reset();
@@ -827,41 +861,10 @@ class Loop {
   // [/excerpt:fixed-files]
 
   // [excerpt:multishot-recv]
-  // --multishot-recv: a ring of kBufferCount buffers that the kernel fills as bytes arrive, on any connection of this
-  // loop. Each CQE names the buffer it filled; take_buffer() copies the bytes into the connection's `in` and gives
-  // the buffer back at once, so the ring is full again whenever the loop has caught up. (liburing 2.4 wraps these
-  // steps in io_uring_setup_buf_ring(); 2.3 has the parts.)
-  void provide_buffers() {
-    void* mem = ::mmap(nullptr, kBufferCount * sizeof(io_uring_buf), PROT_READ | PROT_WRITE,
-                       MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);  // page-aligned, as the kernel requires
-    if (mem == MAP_FAILED) fail_startup("--multishot-recv: out of memory for the buffer ring");
-    buffer_ring_.reset(static_cast<io_uring_buf_ring*>(mem));
-    buffers_.resize(kBufferCount * kBufferSize);
-    io_uring_buf_reg reg{};
-    reg.ring_addr = reinterpret_cast<std::uintptr_t>(mem);
-    reg.ring_entries = kBufferCount;
-    reg.bgid = kBufferGroup;
-    if (int r = io_uring_register_buf_ring(&ring_.ring, &reg, 0); r < 0)
-      fail_startup(std::string("--multishot-recv: the kernel refused a provided buffer ring (") + std::strerror(-r) +
-                   "; it needs Linux 5.19)");
-    io_uring_buf_ring_init(buffer_ring_.get());
-    for (unsigned id = 0; id < kBufferCount; ++id)
-      io_uring_buf_ring_add(buffer_ring_.get(), &buffers_[id * kBufferSize], kBufferSize,
-                            static_cast<unsigned short>(id), io_uring_buf_ring_mask(kBufferCount), static_cast<int>(id));
-    io_uring_buf_ring_advance(buffer_ring_.get(), kBufferCount);
-  }
-
-  // A CQE with IORING_CQE_F_BUFFER: the bytes go to its connection's `in` (not when it is gone, LINGERING or
-  // CLOSING: there they are thrown away), and the buffer goes back to the ring, whatever the CQE.
-  void take_buffer(const Tag& t, int res, unsigned flags) {
-    auto id = static_cast<unsigned short>(flags >> IORING_CQE_BUFFER_SHIFT);
-    char* buffer = &buffers_[id * kBufferSize];
-    Conn* c = t.slot < conns_.size() && conns_[t.slot]->generation == t.generation ? conns_[t.slot].get() : nullptr;
-    if (res > 0 && c && c->state != State::kLingering && c->state != State::kClosing)
-      c->in.append(buffer, static_cast<std::size_t>(res));
-    io_uring_buf_ring_add(buffer_ring_.get(), buffer, kBufferSize, id, io_uring_buf_ring_mask(kBufferCount), 0);
-    io_uring_buf_ring_advance(buffer_ring_.get(), 1);
-  }
+  // --multishot-recv: the loop's ring of provided buffers, the one main.cpp's recvs read into (common/uring.hpp's
+  // BufferRing), with kMultishotBufferCount buffers, and one recv per connection that the kernel completes for every
+  // read: each CQE names the buffer it filled, take_buffer() copies the bytes into the connection's Exchange and
+  // gives the buffer back at once, so the ring is full again whenever the loop has caught up.
 
   // READING or LINGERING: the multishot recv, armed once; a stop or a deadline cancels it as `op`, as main.cpp's.
   void arm_multishot_recv(Conn& c) {
@@ -884,7 +887,7 @@ class Loop {
   }
 
   // The multishot recv stays armed in every state, so a keep-alive connection costs no SQE per request to read. Bytes
-  // that come while the connection is WAITING or SENDING are pipelined requests: they wait in `in`, which the parser
+  // that come while the connection is WAITING or SENDING are pipelined requests: they wait in x->in, which the parser
   // reads once the response is out, as in main.cpp. But the kernel reads a socket as fast as bytes come, into the
   // loop's buffers, and a client that pipelines without reading the answers would fill `in` without end. Two bounds:
   // - From Linux 6.17 the recv ends by itself after kMaxBuffered bytes (recv_cap), and arm_recv() re-arms it only
@@ -900,10 +903,10 @@ class Loop {
     if (res == 0 || (res < 0 && !paused)) c.read_ended = true;
     if (c.state == State::kLingering) return paused ? arm_recv(c) : discard(c, res);
     if (c.state != State::kReading) {
-      if (c.receiving && c.in.size() > kMaxBuffered) cancel(c, Op::kRecv);
+      if (c.receiving && c.x->in.size() > kMaxBuffered) cancel(c, Op::kRecv);
       return;
     }
-    if (res > 0) return process(c);  // the bytes are in `in` (take_buffer)
+    if (res > 0) return process(c);  // the bytes are in the Exchange (take_buffer)
     arm_recv(c);
   }
   // [/excerpt:multishot-recv]
@@ -912,6 +915,7 @@ class Loop {
   // the Loop, which outlives every operation; one copy serves every connection, as the values are the same.
   __kernel_timespec delay_, grace_, backoff_;
   Ring ring_;  // the ring, and the CQEs reaped and not yet dispatched (common/uring.hpp)
+  BufferRing buffers_;  // the buffers every recv of this loop reads into (see take_buffer)
   Fd listener_;
   Op listen_op_ = Op::kNone;  // the one operation in flight for the listener: kAccept, kBackoff or kListenReady
   bool stopping_ = false;
@@ -919,11 +923,6 @@ class Loop {
   std::vector<std::uint32_t> free_;           // free slots, reused last-in first-out
   std::size_t live_ = 0;                      // slots in use
   TimerQueue<Timer> timers_;                  // the connections' deadlines (see on_deadline)
-  struct Unmap {
-    void operator()(io_uring_buf_ring* r) const { ::munmap(r, kBufferCount * sizeof(io_uring_buf)); }
-  };
-  std::unique_ptr<io_uring_buf_ring, Unmap> buffer_ring_;  // --multishot-recv: the ring of buffers the kernel fills
-  std::vector<char> buffers_;                              // ... and the buffers, kBufferCount x kBufferSize
 };
 
 const std::vector<ExtraFlag> kFlags = {

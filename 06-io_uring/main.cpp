@@ -8,7 +8,7 @@
 // program plus SQPOLL, DEFER_TASKRUN, multishot accept and recv, registered descriptors, splice and zero-copy send,
 // each behind a flag: `diff main.cpp advanced.cpp` shows just those.
 //
-// Needs:  Linux 5.11 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
+// Needs:  Linux 5.19 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
 // Build:  g++ -std=c++17 -O2 -pthread -o run_server main.cpp -luring
 // Run:    ./run_server            (one loop per core; --root DIR serves files; --help lists the flags)
@@ -16,9 +16,9 @@
 #include <liburing.h>
 #include <poll.h>
 
-#include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../common/closing.hpp"
+#include "../common/exchange.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -44,7 +45,12 @@ constexpr unsigned kRingEntries = 1024;  // SQ slots: Ring::get_sqe() submits wh
 // CQ slots: a connection has one operation in flight (two while it is cancelled), so 8192 (128 KiB) hold a turn of
 // 4,000 connections, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
 constexpr unsigned kCqEntries = 8 * kRingEntries;
-constexpr std::size_t kRecvChunk = 4096;  // as in recv_into(): a buffer never grows far past the 8 KiB head limit
+// The loop's provided buffers, which every recv reads into (see arm_recv): one is taken per recv that completes in a
+// turn, and each is given back before the turn's submit, so 256 cover a turn of 256 connections that sent something.
+// Past that, a recv fails with -ENOBUFS and is simply armed again. 256 KiB per loop, whatever the connections.
+constexpr unsigned kBufferCount = 256;  // a power of two, as a buffer ring requires
+constexpr std::size_t kBufferSize = 1024;
+constexpr int kBufferGroup = 0;
 constexpr std::chrono::milliseconds kAcceptBackoff{10};  // pause after a failed accept (see arm_listen_wait)
 
 // [excerpt:user-data]
@@ -108,11 +114,14 @@ constexpr Tag decode(std::uint64_t data) {
 // A stop: READING connections close at once, the others go on, and what is still open after kStopGrace is reset
 // (cancel_and_close). A reset makes the close send an RST, not a FIN: the ways to end are in common/closing.hpp.
 //
-// Ownership: the Loop owns every Conn, one unique_ptr per slot, so a Conn never moves while the kernel holds
-// pointers into it. From the moment an SQE of the connection is queued until its CQE is reaped, the kernel may
-// write `chunk` or read `out.head`, and uses its descriptor; in_flight counts those SQEs (+1 queued, -1 reaped).
-// A connection's fd is closed and its slot reused only once it is CLOSING and in_flight is 0. So a completion never
-// finds its buffer freed or its slot reused; the generation check in dispatch() is a second line of defence.
+// Ownership: the Loop owns every Conn, one unique_ptr per slot, and a Conn owns its Exchange (common/exchange.hpp):
+// the request and response state, which exists only while a request is in progress. From the moment an SQE of the
+// connection is queued until its CQE is reaped, the kernel uses its descriptor and, for a send, reads `x->out.head`;
+// in_flight counts those SQEs (+1 queued, -1 reaped). A recv points at none of the connection's memory: it reads
+// into a buffer of the loop's ring (see arm_recv). The Exchange is destroyed only in READING, when no send is in
+// flight, or by release(); a connection's fd is closed and its slot reused only once it is CLOSING and in_flight
+// is 0. So a completion never finds its buffer freed or its slot reused; the generation check in dispatch() is a
+// second line of defence.
 //
 // We close with a plain ::close(fd), not IORING_OP_CLOSE: by then nothing of the connection is in flight, closing a
 // socket does not block, and IORING_OP_CLOSE would add one more completion to wait for before the slot is reused.
@@ -127,17 +136,16 @@ struct Conn {
   std::uint32_t generation = 0;  // bumped when the slot is freed
   int fd = -1;
   State state = State::kFree;
-  Op op = Op::kNone;  // the operation whose CQE moves the state on: the one a stop or a deadline cancels
-  int in_flight = 0;  // SQEs queued for this connection whose CQE has not been reaped yet
-  std::string in;     // bytes received and not yet read by `reader`: may hold pipelined requests
-  http::RequestReader reader;          // where the request being read stands (common/http.hpp)
-  std::array<char, kRecvChunk> chunk;  // where the kernel writes a recv: lives as long as the Conn, never the stack
-  Clock::time_point since;             // READING: when the wait for this request began; SENDING: the last progress
-  http::Request request;               // WAITING: the request the timer runs for
-  Outgoing out;                        // SENDING: the response (common/response.hpp)
-  Lingering lingering;                 // LINGERING: bytes thrown away, and until when (common/closing.hpp)
-  bool reset = false;                  // CLOSING: the close sends an RST (End::kReset)
+  Op op = Op::kNone;     // the operation whose CQE moves the state on: the one a stop or a deadline cancels
+  bool reset = false;    // CLOSING: the close sends an RST (End::kReset)
+  int in_flight = 0;     // SQEs queued for this connection whose CQE has not been reaped yet
+  Clock::time_point since;  // READING: when the wait for this request began; SENDING: the last progress
+  // From the first byte of a request to the end of its response, or of the connection: the bytes received, the
+  // parser, the request, the response, the lingering close. None while the connection waits between requests.
+  std::unique_ptr<Exchange> x;
 };
+// What an idle connection costs in user memory, besides its entry in the deadline heap: no buffer, no parser.
+static_assert(sizeof(Conn) <= 40, "an idle connection keeps only its Conn: keep it small");
 // [/excerpt:connection]
 
 // An entry of the deadline heap (see on_deadline): kIdle, one per connection from its accept on; kLinger, one more
@@ -164,13 +172,15 @@ class Loop {
       return io_uring_queue_init_params(kRingEntries, &ring_.ring, &params);
     };
     int r = create(IORING_SETUP_COOP_TASKRUN);
-    if (r == -EINVAL) r = create(0);  // older than 5.19: without the flag, interrupted
-    if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.11 (it refused CQSIZE)");
+    if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.19 (it refused COOP_TASKRUN)");
     if (r < 0) fail_startup(unavailable(-r));
     // FAST_POLL (5.7): without it every recv would park a kernel worker thread instead of waiting on the socket.
     // EXT_ARG (5.11): the wait with a timeout in run(), for which liburing would otherwise queue an SQE each time.
     if (!(params.features & IORING_FEAT_FAST_POLL) || !(params.features & IORING_FEAT_EXT_ARG))
       fail_startup("io_uring is unavailable: this kernel is older than 5.11 (no IORING_FEAT_FAST_POLL or EXT_ARG)");
+    unsigned buffer_count = kBufferCount;  // (advanced.cpp's --multishot-recv takes more)
+    if (int e = buffers_.set_up(ring_.ring, buffer_count, kBufferSize, kBufferGroup); e < 0)
+      fail_startup("io_uring is unavailable: no ring of provided buffers (" + std::string(std::strerror(-e)) + ")");
   }
   ~Loop() { io_uring_queue_exit(&ring_.ring); }
   Loop(const Loop&) = delete;
@@ -224,6 +234,7 @@ class Loop {
       case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
       default: break;
     }
+    if (done.flags & IORING_CQE_F_BUFFER) take_buffer(t, res, done.flags);  // first: even a stale CQE's goes back
     if (t.slot >= conns_.size() || conns_[t.slot]->generation != t.generation) return;  // stale: see user_data
     Conn& c = *conns_[t.slot];
     --c.in_flight;
@@ -233,17 +244,33 @@ class Loop {
     }
     switch (t.op) {
       case Op::kRecv:
-        if (res == -EAGAIN) return arm_recv(c);  // not ready after all: the same recv again (see on_sent)
+        // -EAGAIN: not ready after all (see on_sent). -ENOBUFS: this turn's recvs took every buffer of the ring;
+        // they are all back by the next submit. Either way, the same recv again.
+        if (res == -EAGAIN || res == -ENOBUFS) return arm_recv(c);
         if (c.state == State::kLingering) return discard(c, res);
         if (res <= 0) return close_conn(c);  // 0: EOF; <0: the client reset the connection, ...
-        c.in.append(c.chunk.data(), static_cast<std::size_t>(res));
-        return process(c);
+        return process(c);  // the bytes are in the Exchange (take_buffer)
       case Op::kTimer:  // -ETIME is the normal end of a timeout; -ECANCELED means the stop grace ran out
         return res == -ETIME ? answer(c) : close_conn(c);
       default: return on_sent(c, t.op, res);
     }
   }
   // [/excerpt:loop-turn]
+
+  // [excerpt:take-buffer]
+  // A CQE with IORING_CQE_F_BUFFER: a recv filled one of the ring's buffers. The bytes go to the connection's
+  // Exchange, made for them if the connection was idle; a LINGERING connection throws them away, and so does one
+  // that is gone or CLOSING. Then the buffer goes back to the ring, whatever the CQE (see BufferRing::give_back).
+  void take_buffer(const Tag& t, int res, unsigned flags) {
+    unsigned id = BufferRing::id(flags);
+    Conn* c = t.slot < conns_.size() && conns_[t.slot]->generation == t.generation ? conns_[t.slot].get() : nullptr;
+    if (res > 0 && c && c->state != State::kLingering && c->state != State::kClosing) {
+      if (!c->x) c->x = std::make_unique<Exchange>(opts_.max_body);
+      c->x->in.append(buffers_.data(id), static_cast<std::size_t>(res));
+    }
+    buffers_.give_back(id);
+  }
+  // [/excerpt:take-buffer]
 
   // Sets the SQE's user_data and, for a connection's SQE, counts it in flight until its CQE is reaped.
   void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
@@ -270,8 +297,8 @@ class Loop {
     if (c.generation != t.generation || c.state == State::kClosing) return;  // its connection is gone or ending
     if (c.state == State::kLingering) {
       if (t.kind != Timer::kLinger) return;  // the kIdle entry retires
-      if (c.lingering.deadline() <= now) return cancel_and_close(c);  // a plain close: the response had its time
-      return timers_.add(c.lingering.deadline(), t);                   // input came and moved it
+      if (c.x->lingering.deadline() <= now) return cancel_and_close(c);  // a plain close: the response had its time
+      return timers_.add(c.x->lingering.deadline(), t);                   // input came and moved it
     }
     Clock::time_point deadline = (c.state == State::kWaiting ? now : c.since) + opts_.idle_timeout;
     if (deadline <= now) return cancel_and_close(c, End::kReset);
@@ -353,7 +380,6 @@ class Loop {
     Conn& c = *conns_[free_.back()];
     free_.pop_back();
     c.fd = fd;
-    c.reader = http::RequestReader(opts_.max_body);
     c.since = Clock::now();  // the first request must be complete --idle-timeout from now
     ++live_;
     timers_.add(c.since + opts_.idle_timeout, Timer{Timer::kIdle, c.slot, c.generation});
@@ -363,15 +389,21 @@ class Loop {
   }
 
   // [excerpt:protocol]
-  // The connection protocol: answer what is buffered; read more only when it holds no whole request.
+  // The connection protocol: answer what is buffered; read more only when it holds no whole request. Between
+  // requests, with no byte of the next one here, the Exchange goes: an idle connection keeps nothing but its Conn.
   void process(Conn& c) {
-    http::Parse p = c.reader.next(c.in);  // takes the request (head and body) out of `in` as it reads it
-    if (p.status == http::Parse::kIncomplete) return stopping_ ? close_conn(c) : arm_recv(c);
+    Exchange& x = *c.x;
+    http::Parse p = x.reader.next(x.in);  // takes the request (head and body) out of `in` as it reads it
+    if (p.status == http::Parse::kIncomplete) {
+      // Destroy it, never assign a fresh one: libstdc++ would keep the old strings' buffers (common/exchange.hpp).
+      if (x.between_requests()) c.x.reset();
+      return stopping_ ? close_conn(c) : arm_recv(c);
+    }
     if (p.status != http::Parse::kComplete) {  // an error, or "100 Continue" (then back to reading the body)
-      c.out = p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue();
+      x.out = p.status == http::Parse::kError ? refuse(opts_, p) : interim_continue();
       return send_more(c);
     }
-    c.request = std::move(p.request);
+    x.request = std::move(p.request);
     if (handler_needs_timer(opts_)) {
       c.state = State::kWaiting;
       io_uring_sqe* sqe = ring_.get_sqe();
@@ -383,12 +415,16 @@ class Loop {
     answer(c);
   }
 
-  // A recv into `chunk`, with no timeout of its own: the deadline is the heap's (on_deadline). READING leaves
-  // `since` alone, so the deadline stays where the wait for the request began.
+  // A recv with no buffer of its own (IOSQE_BUFFER_SELECT, length 0): when bytes come, the kernel takes a buffer of
+  // the loop's ring (take_buffer), so while it waits it holds no memory of ours. No timeout of its own either: the
+  // deadline is the heap's (on_deadline). READING leaves `since` alone, so the deadline stays where the wait for the
+  // request began.
   void arm_recv(Conn& c) {
     if (c.state != State::kLingering) c.state = State::kReading;
     io_uring_sqe* sqe = ring_.get_sqe();
-    io_uring_prep_recv(sqe, c.fd, c.chunk.data(), c.chunk.size(), 0);
+    io_uring_prep_recv(sqe, c.fd, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kBufferGroup;
     tag(sqe, Op::kRecv, &c);
   }
 
@@ -396,7 +432,7 @@ class Loop {
   // with a synchronous openat2() in the loop thread (quick from the dentry cache, but a cold disk stalls every
   // connection of this loop); IORING_OP_OPENAT2 and IORING_OP_STATX would make that asynchronous too.
   void answer(Conn& c) {
-    c.out = respond(opts_, c.request);
+    c.x->out = respond(opts_, c.x->request);
     send_more(c);
   }
   // [/excerpt:protocol]
@@ -421,7 +457,7 @@ class Loop {
   // `aio threads` for that), like the openat2() in answer().
   void send_more(Conn& c) {
     c.state = State::kSending;
-    Outgoing& out = c.out;
+    Outgoing& out = c.x->out;
     if (out.head_sent < out.head.size()) {
       io_uring_sqe* sqe = ring_.get_sqe();
       int more = out.left > 0 ? MSG_MORE : 0;  // a file follows: the head may share a packet with its first bytes
@@ -451,13 +487,13 @@ class Loop {
   void on_sent(Conn& c, Op op, int res) {
     if (res == -EAGAIN) return send_more(c);
     if (res <= 0) return close_conn(c, End::kReset);
-    if (op == Op::kSend) c.out.head_sent += static_cast<std::size_t>(res);
+    if (op == Op::kSend) c.x->out.head_sent += static_cast<std::size_t>(res);
     send_more(c);
   }
 
   // The whole response is out: end the connection, or wait for the next request, whose deadline starts now.
   void response_sent(Conn& c) {
-    if (!c.out.keep_alive) return linger(c);  // as the response said: a stop's say close (respond()); see process()
+    if (!c.x->out.keep_alive) return linger(c);  // as the response said: a stop's say close (respond()); see process()
     c.since = Clock::now();
     process(c);
   }
@@ -470,15 +506,15 @@ class Loop {
   // answer decides the next state now, and IORING_OP_SHUTDOWN would run in a kernel worker thread (io-wq; on 6.18).
   void linger(Conn& c) {
     c.state = State::kLingering;
-    c.lingering = Lingering(Clock::now());
-    timers_.add(c.lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
+    c.x->lingering = Lingering(Clock::now());
+    timers_.add(c.x->lingering.deadline(), Timer{Timer::kLinger, c.slot, c.generation});
     if (!shutdown_writing(c.fd)) return close_conn(c);  // ENOTCONN: the client reset it; nothing to wait for
-    arm_recv(c);  // into `chunk`, which nothing reads any more
+    arm_recv(c);  // take_buffer() gives its buffers straight back
   }
 
   // LINGERING: a recv completed. EOF, an error or kLingerMaxBytes: a plain close (the deadline: see on_deadline).
   void discard(Conn& c, int res) {
-    if (res > 0 && c.lingering.discarded(static_cast<std::size_t>(res), Clock::now())) return arm_recv(c);
+    if (res > 0 && c.x->lingering.discarded(static_cast<std::size_t>(res), Clock::now())) return arm_recv(c);
     close_conn(c);
   }
   // [/excerpt:lingering]
@@ -495,8 +531,7 @@ class Loop {
     c.reset = false;
     c.state = State::kFree;
     c.generation = (c.generation + 1) & kGenerationMask;  // its heap entries and late CQEs are now stale
-    c.in.clear();
-    c.out = Outgoing();  // closes the file of a response cut short
+    c.x.reset();  // frees the buffers and closes the file of a response cut short
     free_.push_back(c.slot);
     --live_;
   }
@@ -513,6 +548,7 @@ class Loop {
   // the Loop, which outlives every operation; one copy serves every connection, as the values are the same.
   __kernel_timespec delay_, grace_, backoff_;
   Ring ring_;  // the ring, and the CQEs reaped and not yet dispatched (common/uring.hpp)
+  BufferRing buffers_;  // the buffers every recv of this loop reads into (see take_buffer)
   Fd listener_;
   Op listen_op_ = Op::kNone;  // the one operation in flight for the listener: kAccept, kBackoff or kListenReady
   bool stopping_ = false;

@@ -26,7 +26,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -37,6 +36,7 @@
 #include <vector>
 
 #include "../common/closing.hpp"
+#include "../common/exchange.hpp"
 #include "../common/handler.hpp"
 #include "../common/http.hpp"
 #include "../common/lifecycle.hpp"
@@ -131,11 +131,12 @@ struct Loop {
 //   first, so that the close sends an RST: for what timed out or failed, and for what a stop's grace leaves open.
 //
 // Who owns it: the handlers of its pending operations, each holding `self`, a shared_ptr; nothing else does (the
-// Loop's list is not owning). Until close(), the deadline's timer is always pending, and so is a read, the delay or
-// a write, whose handler starts the next one. close() cancels them all, so every handler still pending runs soon
-// with an error and starts nothing. The Session dies when the last of them returns (after close(), never before, so
-// no operation outlives the buffers it uses), and closes its socket then. All its handlers run on its executor (its
-// socket's), one at a time: in a pool that executor is a strand, so the Session needs no lock of its own.
+// Loop's list is not owning). Until close(), the deadline's timer is always pending, and so is a wait for input,
+// the delay or a write, whose handler starts the next one. close() cancels them all, so every handler still pending
+// runs soon with an error and starts nothing. The Session dies when the last of them returns (after close(), never
+// before, so no operation outlives the buffers it uses), and closes its socket then. All its handlers run on its
+// executor (its socket's), one at a time: in a pool that executor is a strand, so the Session needs no lock of its
+// own.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, Loop& loop)
@@ -144,8 +145,9 @@ class Session : public std::enable_shared_from_this<Session> {
     loop_.sessions.insert(this);
   }
   // The socket closes here, once nothing is pending on it: a descriptor closed under a pending operation can go to
-  // the next accept() first, and Asio 1.22 on io_uring then restarts the old read on the new connection, stealing its
-  // request. Explicitly: the tcp::socket destructor would turn SO_LINGER off, and a reset() into a plain close.
+  // the next accept() first, and Asio 1.22 on io_uring then restarts the old operation on the new connection (a
+  // read would steal its request). Explicitly: the tcp::socket destructor would turn SO_LINGER off, and a reset()
+  // into a plain close.
   ~Session() {
     error_code ignored;
     socket_.close(ignored);
@@ -160,13 +162,18 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::any_io_executor executor() { return socket_.get_executor(); }
 
   void start() {
+    // Our own recv() and sendfile() on native_handle() (read(), discard(), send_file()) must never block the loop.
+    // native_non_blocking(true) sets O_NONBLOCK and tells Asio so; on epoll Asio would set it at our first operation.
+    error_code ec;
+    socket_.native_non_blocking(true, ec);
+    if (ec) return close();  // nothing is pending yet: the Session dies as soon as this handler returns
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // the request deadline counts from the accept
     watch(deadline_);                                    // pending until close(): see watch()
     serve();
   }
 
-  // A stop ends a wait for a request by cancelling the read, whose handler then closes. Not close() here: the read
-  // may have completed already, its handler queued behind this one with a request taken from the kernel, to answer.
+  // A stop ends a wait for a request by cancelling the wait, whose handler then closes. Not close() here: the wait
+  // may have completed already, its handler queued behind this one with a request in the kernel, to answer.
   void stop_if_idle() {
     error_code ignored;
     if (state_ == State::kReading) socket_.cancel(ignored);
@@ -177,7 +184,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     state_ = State::kClosed;
     error_code ignored;
-    socket_.cancel(ignored);  // the pending read, write or wait completes with operation_aborted
+    socket_.cancel(ignored);  // the pending wait or write completes with operation_aborted
     timer_.cancel();
     delay_.cancel();
   }
@@ -195,10 +202,16 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class State { kReading, kHandling, kWriting, kLingering, kClosed };
 
   // The protocol of every chapter: answer what is buffered; read more only when the next request is incomplete.
+  // No Exchange: nothing is buffered, and nothing of a request has come yet.
   void serve() {
-    http::Parse p = reader_.next(in_);  // takes the request (head and body) out of in_ as it reads it
+    http::Parse p;  // kIncomplete
+    if (x_) p = x_->reader.next(x_->in);  // takes the request (head and body) out of `in` as it reads it
     if (p.status == http::Parse::kIncomplete) {
       if (loop_.stopping) return close();  // a stop closes a connection as soon as it waits for a request
+      // Between requests (no byte of a next one has come): the Exchange goes, and the idle connection keeps only
+      // the Session. Destroyed, never assigned over (common/exchange.hpp). No operation points into it now: the
+      // last one that did, a write, has completed.
+      if (x_ && x_->between_requests()) x_.reset();
       return read();
     }
     if (p.status == http::Parse::kError) return send(refuse(loop_.opts, p));
@@ -206,30 +219,46 @@ class Session : public std::enable_shared_from_this<Session> {
     state_ = State::kHandling;
     if (!handler_needs_timer(loop_.opts)) {
       run_handler_here(loop_.opts);  // --handler sleep/spin: stalls this loop (or one thread of a pool), on purpose
-      return answer(std::move(p.request));  // moved, not copied: its five strings, on every request
+      x_->request = std::move(p.request);  // moved, not copied: its five strings, on every request
+      return answer();
     }
+    x_->request = std::move(p.request);  // where the delay's handler finds it
     delay_.expires_after(loop_.opts.delay);
-    delay_.async_wait([self = shared_from_this(), request = std::move(p.request)](const error_code& ec) {
+    delay_.async_wait([self = shared_from_this()](const error_code& ec) {
       if (ec || self->state_ != State::kHandling) return;  // reset() came first (the stop's grace ran out)
-      self->answer(request);
+      self->answer();
     });
   }
 
-  void answer(http::Request request) {
+  void answer() {
+    http::Request& request = x_->request;
     if (loop_.stopping) request.keep_alive = false;  // say "Connection: close": we close after this response
     send(respond(loop_.opts, request));
   }
 
+  // [excerpt:read]
+  // kReading: wait for readability, then read ourselves (recv_into(), common/net.hpp: a 4 KiB array on the stack,
+  // appended to the Exchange's `in`). Not async_read_some(): a pending read's buffer must stay put until it
+  // completes, so every idle connection would pin one. A wait pins nothing, and misses nothing that came first
+  // (pipelined, or sent while we answered): on epoll, each wait re-arms the socket with EPOLL_CTL_MOD under the
+  // socket's lock (epoll_reactor::start_op), and the kernel then checks it at once and reports one already readable
+  // with a new edge (an edge that came while nothing waited was dropped); on io_uring the wait is a POLL_ADD, which
+  // completes at once on a readable socket. Either way, with one thread or a pool.
   void read() {
     state_ = State::kReading;
-    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
-      // ec: EOF, a reset, or reset()/close() by the deadline or a stop (operation_aborted). A half-closed peer gives
-      // EOF too: we close rather than read again, so it cannot make the loop spin.
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+      // ec: reset()/close() by the deadline, or a stop (operation_aborted). EOF and a reset show up in the recv.
       if (ec || self->state_ != State::kReading) return self->close();
-      self->in_.append(self->chunk_.data(), n);  // the deadline does not move: a dribbling client gains nothing
+      if (!self->x_) self->x_ = std::make_unique<Exchange>(self->loop_.opts.max_body);  // a request begins
+      const long n = recv_into(self->socket_.native_handle(), self->x_->in);
+      // 0: EOF. A half-closed peer gives EOF too: we close rather than read again, so it cannot make the loop spin.
+      if (n == 0 || n == -1) return self->close();
+      // The deadline does not move: a dribbling client gains nothing. n == -2 (EAGAIN), readable no more (a stale
+      // edge): serve() finds nothing new, frees an Exchange with nothing in it, and we wait again.
       self->serve();
     });
   }
+  // [/excerpt:read]
 
   // [excerpt:deadline]
   // One timer per session, for its whole life (a watchdog, as in Asio's timeouts examples), and one deadline_:
@@ -249,44 +278,41 @@ class Session : public std::enable_shared_from_this<Session> {
       if (self->state_ == State::kHandling) return self->watch(now + self->loop_.opts.idle_timeout);
       if (now < self->deadline_) return self->watch(self->deadline_);  // moved on since: wait for the new one
       if (self->state_ == State::kLingering) return self->close();  // we waited long enough for the client's FIN
-      self->reset();  // the pending read or write then completes with operation_aborted
+      self->reset();  // the pending wait or write then completes with operation_aborted
     });
   }
   // [/excerpt:deadline]
 
   // kWriting: the head with asio::async_write, which calls write_some until every byte is sent (short writes are
-  // its job), then the file, if any. out_ is a member because its bytes must stay put until the writes complete.
+  // its job), then the file, if any. The response lives in the Exchange because its bytes must stay put until the
+  // writes complete: the Exchange outlives them (serve() frees it only in kReading, ~Session after every handler).
   void send(Outgoing out) {
     state_ = State::kWriting;
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // a head is a few KB: all of it in S seconds, or reset
-    out_ = std::move(out);
+    x_->out = std::move(out);
     auto on_head_sent = [self = shared_from_this()](const error_code& ec, std::size_t n) {
       if (ec || self->state_ != State::kWriting) return self->reset();  // (reset() after close() does nothing)
-      self->out_.head_sent = n;  // all of it
+      self->x_->out.head_sent = n;  // all of it
       self->send_file();
     };
-    asio::async_write(socket_, asio::buffer(out_.head), on_head_sent);
+    asio::async_write(socket_, asio::buffer(x_->out.head), on_head_sent);
   }
 
   // [excerpt:sendfile]
   // Asio has no sendfile(), but it lets us make our own non-blocking calls on its socket and wait for writability
-  // with it: the pattern of the sendfile example in Asio's documentation. native_non_blocking(true) tells Asio that
-  // our calls on native_handle() must not block (it sets O_NONBLOCK and remembers it); send_some() (response.hpp)
-  // sends until the socket is full, with sendfile() from the saved offset; async_wait(wait_write) then waits, as
-  // chapter 05 waits for EPOLLOUT. No byte of the file passes through this process.
+  // with it: the pattern of the sendfile example in Asio's documentation. The socket is non-blocking (start());
+  // send_some() (response.hpp) sends until the socket is full, with sendfile() from the saved offset;
+  // async_wait(wait_write) then waits, as chapter 05 waits for EPOLLOUT. No byte of the file passes through this
+  // process.
   void send_file() {
-    if (out_.left > 0 && !socket_.native_non_blocking()) {
-      error_code ec;
-      socket_.native_non_blocking(true, ec);
-      if (ec) return reset();
-    }
-    const off_t before = out_.left;
-    switch (send_some(socket_.native_handle(), out_)) {
+    Outgoing& out = x_->out;
+    const off_t before = out.left;
+    switch (send_some(socket_.native_handle(), out)) {
       case SendProgress::kDone: return sent();
       case SendProgress::kFailed: return reset();  // an error, or the file shrank: the promised length cannot be kept
       case SendProgress::kBlocked: break;
     }
-    if (out_.left != before) deadline_ = Clock::now() + loop_.opts.idle_timeout;  // progress: the reader reads
+    if (out.left != before) deadline_ = Clock::now() + loop_.opts.idle_timeout;  // progress: the reader reads
     socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](const error_code& ec) {
       if (ec || self->state_ != State::kWriting) return self->reset();  // an error (or the deadline, a stop's grace)
       self->send_file();
@@ -295,8 +321,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // [/excerpt:sendfile]
 
   void sent() {  // the whole response has gone out
-    if (!out_.keep_alive || loop_.stopping) return linger();  // the connection's last response
-    out_ = Outgoing{};       // closes the file
+    if (!x_->out.keep_alive || loop_.stopping) return linger();  // the connection's last response
+    x_->out.file.reset();  // closed now, though a pipelined request keeps the Exchange (serve() frees it if not)
     deadline_ = Clock::now() + loop_.opts.idle_timeout;  // and the next request's deadline counts from now
     serve();
   }
@@ -311,18 +337,22 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();  // ENOTCONN: the client has reset the connection; nothing is left to wait for
     state_ = State::kLingering;
-    lingering_ = Lingering(Clock::now());
-    deadline_ = lingering_.deadline();
+    x_->lingering = Lingering(Clock::now());
+    deadline_ = x_->lingering.deadline();
     watch(deadline_);  // earlier than the write's deadline that the timer waits for: re-arm it
     discard();
   }
 
+  // Waits for readability, as read() does, then discard_input() (closing.hpp) reads on the stack and throws away
+  // what has come, until the socket is empty.
   void discard() {
-    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](const error_code& ec, std::size_t n) {
-      // ec: the client's EOF (the usual end), its reset, or close()/reset() by the deadline or a stop's grace
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+      // ec: close()/reset() by the deadline or a stop's grace (operation_aborted)
       if (ec || self->state_ != State::kLingering) return self->close();
-      if (!self->lingering_.discarded(n, Clock::now())) return self->close();  // 16 MiB thrown away: enough
-      self->deadline_ = self->lingering_.deadline();  // the client is still sending: wait up to 2 s more
+      Lingering& lingering = self->x_->lingering;
+      // false: the client's EOF (the usual end), its reset, or 16 MiB thrown away: enough
+      if (!discard_input(self->socket_.native_handle(), lingering)) return self->close();
+      self->deadline_ = lingering.deadline();  // the client is still sending: wait up to 2 s after its last bytes
       self->discard();
     });
   }
@@ -334,12 +364,13 @@ class Session : public std::enable_shared_from_this<Session> {
   Loop& loop_;
   State state_ = State::kReading;
   Clock::time_point deadline_;           // see watch()
-  std::string in_;                       // received and not yet read by reader_: maybe pipelined requests
-  http::RequestReader reader_{loop_.opts.max_body};  // where the request being read stands (common/http.hpp)
-  Outgoing out_;                         // the response being sent
-  Lingering lingering_;                  // kLingering: what was thrown away, and until when to wait
-  std::array<char, 4096> chunk_;         // one read's bytes; at most 4 KiB, like recv_into() in common/net.hpp
+  std::unique_ptr<Exchange> x_;          // the request in progress and its response; none while idle (serve())
 };
+
+// What an idle connection costs us, besides what Asio keeps per socket (its epoll registration, the pending wait,
+// the watchdog's pending wait): this, in one block with make_shared's counts. The socket and the two timers are most
+// of it; no buffer, parser or response (those are the Exchange's, 0.7 KB, only while a request is in progress).
+static_assert(sizeof(Session) <= 400, "an idle Session should stay a few hundred bytes: see Session::x_");
 // [/excerpt:session]
 
 // Runs f(session) for every live session, on the session's own executor: in a pool, a session is only ever touched
@@ -365,7 +396,7 @@ void accept(Loop& loop) {
     if (!ec) {
       loop.retry_pause = kRetryPauseMin;
       auto session = std::make_shared<Session>(std::move(socket), loop);
-      // start() on the session's executor: in a pool, its first read could otherwise complete, and its handler
+      // start() on the session's executor: in a pool, its first wait could otherwise complete, and its handler
       // run on another thread, while start() is still arming the deadline here.
       asio::dispatch(session->executor(), [session] { session->start(); });
       return accept(loop);

@@ -5,7 +5,8 @@
 // (server_06_eagain, server_06_advanced_eagain: tests/support/uring_inject_eagain.hpp) make every other recv and
 // send complete with -EAGAIN whenever its socket is not ready. A slow writer then meets it on the recvs, a slow
 // reader on the sends, a client that trickles bytes after a `Connection: close` on the lingering close's recvs, and
-// each must get every byte on a connection that is never cut short.
+// each must get every byte on a connection that is never cut short. The same builds give their loops a ring of two
+// provided buffers only, so that clients that send at once meet -ENOBUFS, which must mean "try again" too.
 
 #include <gtest/gtest.h>
 
@@ -170,6 +171,29 @@ TEST_P(UringEagain, LingeringOutlastsASlowTrickle) {
   c.half_close();
   const Client::Closed end = c.wait_closed(deadline_in(kIoTimeout));
   EXPECT_EQ(end, Client::Closed::eof) << Client::describe(end);
+}
+
+// Twenty clients, each with a request sent in the same instant, three times over: the loop's recvs complete in the
+// same turn, and all but two find the ring of provided buffers empty (-ENOBUFS). A loop that took -ENOBUFS for an
+// error closed those connections; one that lost a buffer on some path would soon have none, and hang.
+TEST_P(UringEagain, TwentyClientsAtOnceWithTwoBuffers) {
+  if (!launch({"--delay-us", "0", "--threads", "1"})) return;
+  constexpr int kClients = 20;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(connect({/*nodelay=*/true}));
+    ASSERT_TRUE(clients.back().ok()) << "client " << i << ": " << clients.back().error();
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kClients; ++i)
+      ASSERT_TRUE(clients[i].send(request("GET", "/at-once/" + std::to_string(i)), deadline_in(kIoTimeout)))
+          << "round " << round << ", client " << i << ": " << clients[i].error();
+    for (int i = 0; i < kClients; ++i) {
+      const auto r = clients[i].read_response(deadline_in(kIoTimeout));
+      ASSERT_TRUE(r) << "round " << round << ", client " << i << ": " << clients[i].error();
+      EXPECT_TRUE(is_ok_response(*r, false, "keep-alive"));
+    }
+  }
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UringEagain);

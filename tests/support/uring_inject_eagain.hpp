@@ -16,9 +16,16 @@
 // Every other one, not every one: the loop's retry of an operation that got -EAGAIN is then usually an ordinary
 // one, which waits, so a fixed loop does not spin while the client is slow.
 //
-// How: liburing's prep functions are inline functions of <liburing.h>. This file includes it first, wraps the four
-// that prepare a socket recv or send, and then names the wrappers with macros, so that every later use in the
-// server's own source takes the wrapper. A macro that renames a library function is a test build's trick only.
+// The same builds also run with a ring of provided buffers that never holds more than kBuffers (common/uring.hpp's
+// BufferRing): a turn in which more recvs complete than that fails the others with -ENOBUFS, which the loops must
+// take for "armed again", too. The setup publishes all its buffers with one io_uring_buf_ring_advance(); the
+// wrapper publishes kBuffers of them only. Each one given back is published again (an advance by 1), in the place of
+// the one the kernel took, so the ring keeps kBuffers at most, and the others are never used.
+//
+// How: liburing's prep functions and io_uring_buf_ring_advance() are inline functions of <liburing.h>. This file
+// includes it first, wraps the four that prepare a socket recv or send and the one that publishes buffers, and then
+// names the wrappers with macros, so that every later use in the server's own source (and in common/uring.hpp) takes
+// the wrapper. A macro that renames a library function is a test build's trick only.
 #include <liburing.h>
 #include <sys/socket.h>
 
@@ -44,6 +51,12 @@ inline void prep_send(io_uring_sqe* sqe, int fd, const void* buf, std::size_t le
   io_uring_prep_send(sqe, fd, buf, len, flags);
   every_other(sqe);
 }
+constexpr int kBuffers = 2;
+
+inline void buf_ring_advance(io_uring_buf_ring* br, int count) {
+  io_uring_buf_ring_advance(br, count < kBuffers ? count : kBuffers);
+}
+
 inline void prep_send_zc(io_uring_sqe* sqe, int fd, const void* buf, std::size_t len, int flags, unsigned zc_flags) {
   io_uring_prep_send_zc(sqe, fd, buf, len, flags, zc_flags);
   every_other(sqe);
@@ -55,3 +68,4 @@ inline void prep_send_zc(io_uring_sqe* sqe, int fd, const void* buf, std::size_t
 #define io_uring_prep_recv_multishot psp_inject_eagain::prep_recv_multishot
 #define io_uring_prep_send psp_inject_eagain::prep_send
 #define io_uring_prep_send_zc psp_inject_eagain::prep_send_zc
+#define io_uring_buf_ring_advance psp_inject_eagain::buf_ring_advance
