@@ -219,12 +219,6 @@ INSTANTIATE_TEST_SUITE_P(Server01, SlowlorisBlocking, ::testing::ValuesIn(server
 // progress for the idle timeout (a blocking model's send() gives up through SO_SNDTIMEO).
 class NeverReads : public Hostile {};
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
 TEST_P(NeverReads, BoundedMemoryOthersServedAndClosedAfterIdleTimeout) {
   if (!launch({"--delay-us", "0", "--idle-timeout", "1"})) return;
   const int baseline = baseline_fds();

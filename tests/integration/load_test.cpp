@@ -259,14 +259,8 @@ INSTANTIATE_TEST_SUITE_P(SelectAndEventLoops, ManyConnections, ::testing::Values
 // benchmark measures the same at a million (--mode connections); this checks the property, at 2,000.
 class IdleMemory : public ServerTest {};
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizedBuild = true;
-#else
-constexpr bool kSanitizedBuild = false;
-#endif
-
 TEST_P(IdleMemory, AnsweredKeepAliveConnectionsCostLittle) {
-  if (kSanitizedBuild) GTEST_SKIP() << "sanitizers pad every allocation and keep freed memory: RSS says nothing here";
+  if (kSanitized) GTEST_SKIP() << "sanitizers pad every allocation and keep freed memory: RSS says nothing here";
   constexpr int kWarmUp = 600;  // closed again: warms what grows once (allocator arenas, 06's buffer rings)
   constexpr int kClients = 2000;
   rlim_t own = 0;

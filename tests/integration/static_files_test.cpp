@@ -29,12 +29,6 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
 std::string get(std::string_view target, std::string_view extra_headers = "") {
   return request("GET", target, "HTTP/1.1", extra_headers);
 }
