@@ -191,7 +191,7 @@ inline long recv_before(int fd, std::string& buffer, RequestDeadline& deadline, 
       long n = recv_into(fd, buffer, MSG_DONTWAIT);
       return n == -2 ? 0 : n;  // nothing waiting: the connection has nothing more to answer
     }
-    if (!set_recv_deadline(fd, deadline.due(in_body, std::chrono::steady_clock::now()))) return -2;
+    if (!set_recv_deadline(fd, deadline.due(in_body))) return -2;
     long n = recv_into(fd, buffer);
     if (n > 0) deadline.arrived(static_cast<std::size_t>(n), std::chrono::steady_clock::now());
     if (n != -1 || errno != EINTR) return n;
