@@ -8,7 +8,8 @@ Every chapter (docs/NN-*.md) has a core path a student can read in one sitting, 
 take-aways of its first screen, the code highlights, the one run, the labs. The rest, the depth, stays in the chapter
 below a visible note. And every page of docs/, chapter or not (static-files.md, the appendices, the contents), is
 at most MAX_CHAPTER_WORDS (5,000) in all, counted the same way: a page that grows past that is two pages
-(GUIDE.md section 3). Two conventions, both seen on the rendered page:
+(GUIDE.md section 3). A page that is not a chapter but is read as one (static-files.md) opts in with a box of its
+own, and is then checked as a chapter is. Two conventions, both seen on the rendered page:
 
   > **Core path**, about 2,900 words: this first screen, then [The code](#the-code) · [Running it](#running-it) ·
   > [Labs](#labs). A section that opens with **Depth** can wait for a second reading.
@@ -262,7 +263,8 @@ def chapter_files(root):
 
 
 def other_pages(root):
-    """The pages of docs/ that are not chapters: held to MAX_CHAPTER_WORDS only."""
+    """The pages of docs/ that are not chapters: held to MAX_CHAPTER_WORDS only, unless a page has a box of its own
+    (static-files.md): then it is checked as a chapter is."""
     docs = os.path.join(root, "docs")
     return sorted(f"docs/{name}" for name in os.listdir(docs)
                   if name.endswith(".md") and not sync.CHAPTER_RE.match(name))
@@ -284,7 +286,7 @@ def main(argv=None):
     for doc in files:
         full = os.path.join(root, doc)
         text = sync.read_text(full)
-        if not sync.CHAPTER_RE.match(os.path.basename(doc)):
+        if not sync.CHAPTER_RE.match(os.path.basename(doc)) and analyse(text)[0] is None:
             words = page_words(text)
             found, over = length_problems(doc, None, words)
             problems += found

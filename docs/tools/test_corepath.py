@@ -211,6 +211,19 @@ class CorePathTest(ScratchFiles, unittest.TestCase):
         self.assertIn("docs/static-files.md: the page has 5,002 words in all, over 5,000", report)
         self.assertNotIn("no core path box", report)
 
+    def test_a_page_with_a_box_is_checked_as_a_chapter(self):
+        # static-files.md is read as a chapter: its box opts it in to every rule of one.
+        page = CHAPTER.replace("# 01 · One thread", "# Serving files").replace("about 0 words", "about 100 words")
+        self.write("docs/static-files.md", page)
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 0, report)
+        self.assertIn("docs/static-files.md: core 20 words of 53", report)
+        self.write("docs/static-files.md", page.replace("## The numbers\n\n> **Depth**: skip on a first reading; "
+                                                        "the core path goes on at [Labs](#labs).\n", "## The numbers\n"))
+        code, report = self.run_tool("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("docs/static-files.md:7: the core path box does not list the core sections in order", report)
+
     def test_an_exempt_chapter_is_reported_not_failed(self):
         self.assertIn("docs/05-epoll.md", corepath.EXEMPT)
         long_core = CHAPTER.replace("Five words, in a sentence.\n", "word " * 3100 + "\n").replace(
