@@ -4,9 +4,12 @@
     python3 docs/tools/corepath.py            write each chapter's core word count into its box, then check
     python3 docs/tools/corepath.py --check    change nothing; exit 1 and list every problem (CTest: docs_core_path)
 
-Every chapter (docs/NN-*.md) has a core path a student can read in about 3,000 words: the take-aways of its first
-screen, the code highlights, the one run, the labs. The rest, the depth, stays in the chapter below a visible note.
-Two conventions, both seen on the rendered page:
+Every chapter (docs/NN-*.md) has a core path a student can read in one sitting, at most MAX_CORE_WORDS (3,000): the
+take-aways of its first screen, the code highlights, the one run, the labs. The rest, the depth, stays in the chapter
+below a visible note. And every page of docs/, chapter or not (static-files.md, the appendices, the contents), is
+at most MAX_CHAPTER_WORDS (5,000) in all, counted the same way: a page that grows past that is two pages
+(GUIDE.md section 3). A page that is not a chapter but is read as one (static-files.md) opts in with a box of its
+own, and is then checked as a chapter is. Two conventions, both seen on the rendered page:
 
   > **Core path**, about 2,900 words: this first screen, then [The code](#the-code) · [Running it](#running-it) ·
   > [Labs](#labs). A section that opens with **Depth** can wait for a second reading.
@@ -30,8 +33,10 @@ comments (the generated blocks' markers), the navigation block and the box itsel
 not count, their text does. Code is left out because the code highlights are read as code, not as prose, and their
 length is the sources' (GUIDE.md budgets it in lines); tables, the runs' provenance sentences and the labs' answers
 (<details>) count, since the core-path reader reads them. The whole text before the first `##` heading is core.
-A core over MAX_CORE_WORDS words fails the check; so does a chapter without a box, a box that does not match the
-chapter's core sections, a depth note that points to the wrong place, and a lab marked depth.
+A core over MAX_CORE_WORDS words fails the check, and so does a page over MAX_CHAPTER_WORDS; so does a chapter
+without a box, a box that does not match the chapter's core sections, a depth note that points to the wrong place,
+and a lab marked depth. The chapters in EXEMPT are held to everything but the two lengths for now (see there); the
+check prints how far over they are, so that the exemption is seen, not forgotten.
 
 Standard library only; Python 3.8+.
 """
@@ -45,7 +50,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import sync  # noqa: E402  (docs/tools/sync.py: GitHub's slugs, fenced code)
 
-MAX_CORE_WORDS = 3500
+MAX_CORE_WORDS = 3000      # a chapter's core path: about 15 minutes of reading
+MAX_CHAPTER_WORDS = 5000   # any page of docs/, chapter or not, depth included
+
+# Chapters held to every rule but the two lengths, until the connection-engine rewrite lands (issue 34): their
+# loops, excerpts and runs are being rewritten, and they are cut to length after it (issue 35). Remove a chapter
+# from this set as soon as it fits; the check prints how far over each one still is.
+EXEMPT = frozenset({
+    "docs/03-select.md",
+    "docs/05-epoll.md",
+    "docs/06-io_uring.md",
+    "docs/07-asio.md",
+})
 TOLERANCE = 100  # the box's "about N words" may be this far from the count
 HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 BOX_RE = re.compile(r"^> \*\*Core path\*\*")
@@ -165,11 +181,32 @@ def rounded(n):
     return int(round(n / 100.0)) * 100
 
 
+def page_words(text):
+    """Every word of a page, depth included, counted as the core is (code, comments and the nav block left out)."""
+    _, sections, top_words, _ = analyse(text)
+    return top_words + sum(s.words for s in sections)
+
+
+def length_problems(doc, core, total):
+    """The length rules: [problems], and [what is over] for a page in EXEMPT (reported, not failed)."""
+    over = []
+    if core is not None and core > MAX_CORE_WORDS:
+        over.append(f"the core path has {core:,} words, over {MAX_CORE_WORDS:,}")
+    if total > MAX_CHAPTER_WORDS:
+        over.append(f"the page has {total:,} words in all, over {MAX_CHAPTER_WORDS:,}")
+    if doc in EXEMPT:
+        return [], over
+    fixes = {True: "mark a section depth (a `> **Depth**` note under its heading) or move it to an appendix",
+             False: "split it into two pages (keep a short section under each heading other pages link to)"}
+    return [f"{doc}: {what}: {fixes[what.startswith('the core')]}" for what in over], []
+
+
 def check_chapter(doc, text):
     """[problems] of one chapter, each 'doc:line: what'; and the core's word count."""
     box, sections, top_words, found = analyse(text)
     problems = [f"{doc}:{p}" for p in found]
     count = core_words(sections, top_words)
+    problems += length_problems(doc, count, top_words + sum(s.words for s in sections))[0]
     if box is None:
         problems.append(f"{doc}: no core path box: the first screen (before the first `##`) needs a block quote "
                         f"that starts with `> **Core path**` (see docs/tools/corepath.py)")
@@ -195,9 +232,6 @@ def check_chapter(doc, text):
     elif abs(stated - count) > TOLERANCE:
         problems.append(f"{doc}:{line}: the core path box says about {stated:,} words, the core has {count:,}: run "
                         f"`python3 docs/tools/corepath.py` to write the count")
-    if count > MAX_CORE_WORDS:
-        problems.append(f"{doc}: the core path has {count:,} words, over {MAX_CORE_WORDS:,}: mark a section depth "
-                        f"(a `> **Depth**` note under its heading) or move it to an appendix")
     for k, s in enumerate(sections):
         if s.depth and (LAB_RE.match(s.title) or s.title == "Labs"):
             problems.append(f"{doc}:{s.line}: `{s.title}` is marked depth: every lab is on the core path")
@@ -228,6 +262,14 @@ def chapter_files(root):
     return sorted(f"docs/{name}" for name in os.listdir(docs) if sync.CHAPTER_RE.match(name))
 
 
+def other_pages(root):
+    """The pages of docs/ that are not chapters: held to MAX_CHAPTER_WORDS only, unless a page has a box of its own
+    (static-files.md): then it is checked as a chapter is."""
+    docs = os.path.join(root, "docs")
+    return sorted(f"docs/{name}" for name in os.listdir(docs)
+                  if name.endswith(".md") and not sync.CHAPTER_RE.match(name))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Check (or write) each chapter's core path: the box, the depth notes, the core's word count.")
@@ -235,13 +277,22 @@ def main(argv=None):
     parser.add_argument("--root", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                         "..", "..")),
                         help="the repository root (default: two folders above this script)")
-    parser.add_argument("files", nargs="*", help="only these chapters (repository paths); default: docs/NN-*.md")
+    parser.add_argument("files", nargs="*",
+                        help="only these pages (repository paths); default: every docs/*.md, chapters first")
     options = parser.parse_args(argv)
     root = os.path.abspath(options.root)
-    problems, total_core, total = [], 0, 0
-    for doc in options.files or chapter_files(root):
+    problems, total_core, total, exempt = [], 0, 0, []
+    files = options.files or chapter_files(root) + other_pages(root)
+    for doc in files:
         full = os.path.join(root, doc)
         text = sync.read_text(full)
+        if not sync.CHAPTER_RE.match(os.path.basename(doc)) and analyse(text)[0] is None:
+            words = page_words(text)
+            found, over = length_problems(doc, None, words)
+            problems += found
+            exempt += [f"{doc}: {what}" for what in over]
+            print(f"{doc}: {words:,} words (not a chapter: no core path)")
+            continue
         found, count = check_chapter(doc, text)
         if not options.check:
             new_text = write_count(text, count)
@@ -251,17 +302,21 @@ def main(argv=None):
                 print(f"{doc}: wrote the core's count, about {rounded(count):,} words")
                 found, count = check_chapter(doc, new_text)
         problems += found
-        _, sections, top_words, _ = analyse(text)
-        all_words = top_words + sum(s.words for s in sections)
+        all_words = page_words(text)
+        exempt += [f"{doc}: {what}" for what in length_problems(doc, count, all_words)[1]]
         total_core += count
         total += all_words
         print(f"{doc}: core {count:,} words of {all_words:,}")
+    for line in exempt:
+        print(f"exempt until the connection-engine rewrite lands (issue 34), not failed: {line}")
     if problems:
         print(f"{len(problems)} problem(s) in the core paths:", file=sys.stderr)
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
-    print(f"core paths checked: {total_core:,} words of {total:,}, every chapter's core at most {MAX_CORE_WORDS:,}")
+    print(f"core paths checked: {total_core:,} words of {total:,} in the chapters; every core at most "
+          f"{MAX_CORE_WORDS:,} and every page at most {MAX_CHAPTER_WORDS:,} words, but for the {len(exempt)} "
+          f"exemption(s) above")
     return 0
 
 
