@@ -21,12 +21,14 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import connections, environment, idle, latency, main, options, scaling, summary, sweep, tools  # noqa: E402
+from driver import (analyse, connections, environment, idle, latency, main, options, scaling, summary,  # noqa: E402
+                    sweep, tools)
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
 
 TESTDATA = os.path.join(HERE, "testdata")
+USAGE = "usage: benchmark/benchmark.sh [options] [SERVER...]\n"
 RESULTS = os.path.join(HERE, "results")
 
 
@@ -43,10 +45,10 @@ class OptionsTest(unittest.TestCase):
     def test_defaults_by_mode(self):
         o = parse()
         self.assertEqual((o.mode, o.tool, o.concurrencies, o.requests, o.delay_us, o.duration_s),
-                         ("throughput", "ab", [1, 10, 100, 500], "10000", "1000", 10))
+                         ("throughput", "ab", [1, 10, 100, 500], 10000, 1000, 10))
         self.assertEqual(o.servers, [*options.ALL_SERVERS, "nginx"])
         o = parse("--mode", "files")
-        self.assertEqual((o.tool, o.concurrencies, o.delay_us, o.keepalive), ("wrk", [100, 1000], "0", True))
+        self.assertEqual((o.tool, o.concurrencies, o.delay_us, o.keepalive), ("wrk", [100, 1000], 0, True))
         self.assertEqual(o.servers, ["03-select", "05-epoll", "06-io_uring", "07-asio", "nginx"])
         o = parse("--mode", "idle", "--no-reference")
         self.assertEqual((o.concurrencies, o.idle_counts), ([10], [0, 1000, 5000, 10000]))
@@ -95,8 +97,12 @@ class OptionsTest(unittest.TestCase):
         o = parse("-n", "300", env={"PSP_REQUESTS": "200", "PSP_CONCURRENCY": "2,3", "PSP_KEEPALIVE": "1",
                                     "PSP_REFERENCE": "0", "PSP_SERVERS": "05", "PSP_DURATION": "2m"})
         self.assertEqual((o.requests, o.concurrencies, o.keepalive, o.servers, o.duration_s),
-                         ("300", [2, 3], True, ["05-epoll"], 120))
-        self.assertEqual(parse(env={"PSP_REQUESTS": ""}).requests, "10000")  # empty counts as unset
+                         (300, [2, 3], True, ["05-epoll"], 120))
+        self.assertEqual(parse(env={"PSP_REQUESTS": ""}).requests, 10000)  # empty counts as unset
+        # Servers and options in any order; the numbers are ints, --threads None when not given.
+        o = parse("05", "-k", "-c", "1,10", "06", "-n", "2000", "--retry-disturbed", "--disturbed-pct", "25")
+        self.assertEqual((o.servers, o.keepalive, o.concurrencies, o.requests, o.threads, o.retry_disturbed,
+                          o.disturbed_pct), (["05-epoll", "06-io_uring", "nginx"], True, [1, 10], 2000, None, True, 25))
 
     def test_servers_and_variants(self):
         o = parse("--no-reference", "5", "06:--sqpoll=50:--fixed-files", "07-asio")
@@ -112,9 +118,11 @@ class OptionsTest(unittest.TestCase):
 
     def test_every_refusal(self):
         refusals = {
-            ("--bogus",): "unknown option --bogus",
-            ("-c",): "-c needs a value",
-            ("-c", ""): "-c needs a value",
+            ("--bogus",): "unrecognized arguments: --bogus",
+            ("--no-ref",): "unrecognized arguments: --no-ref",  # no abbreviations
+            ("-c",): "argument -c/--concurrency: expected one argument",
+            ("-c", ""): "argument -c/--concurrency: needs a value",
+            ("--disturbed-pct", "x"): "bad --disturbed-pct 'x' (a whole percentage, 0 to 100)",
             ("--mode", "x"): "--mode must be throughput, connections, files, idle, latency or scaling",
             ("--mode", "scaling", "-t", "ab"): "--mode scaling uses wrk (one client thread per client CPU)",
             ("--mode", "scaling", "--cores", "0"): "bad core count '0'",
@@ -159,8 +167,8 @@ class OptionsTest(unittest.TestCase):
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             self.assertEqual(main.main(["--bogus"]), 2)
             self.assertEqual(main.main(["--help"]), 0)
-        self.assertEqual(err.getvalue(), "error: unknown option --bogus\nrun benchmark/benchmark.sh --help for the "
-                                         "options\n")
+        self.assertEqual(err.getvalue(), USAGE + "error: unrecognized arguments: --bogus\nrun benchmark/benchmark.sh "
+                                         "--help for the options\n")
         self.assertTrue(out.getvalue().startswith("usage: benchmark/benchmark.sh [options] [SERVER...]\n"))
         self.assertIn("(--mode files: 03 05 06 07; idle: 02 03 04 05 06 07)", out.getvalue())
         self.assertIn("--p99-target MS", out.getvalue())
@@ -238,7 +246,10 @@ class SchemaTest(unittest.TestCase):
             runs.failed_row("05-epoll", sweep.Target(), 1, 1, "did not start, twice")
             with open(os.path.join(scratch, "raw.csv"), encoding="utf-8") as file:
                 row = file.read().split("\n")[1]
-            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 12 + "FAILED: did not start twice")
+            # The check keeps its comma: the cell is quoted, and the csv module reads it back whole.
+            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 12 + '"FAILED: did not start, twice"')
+            self.assertEqual(analyse.read_rows(os.path.join(scratch, "raw.csv"))[1][-1],
+                             "FAILED: did not start, twice")
 
 
 def testdata(name: str) -> str:
@@ -249,10 +260,10 @@ def testdata(name: str) -> str:
 class ToolsTest(unittest.TestCase):
     def test_ab_and_wrk_records(self):
         ab = tools.parse("ab", testdata("ab-05-c10.out"), testdata("ab-05-c10.percentiles.csv"))
-        self.assertEqual((ab["complete"], ab["failed"], ab["doc_length"]), ("2000", "0", "1024"))
+        self.assertEqual((ab["complete"], ab["failed"], ab["doc_length"]), (2000, 0, 1024))
         wrk = tools.parse("wrk", testdata("wrk-05-c10.out"))
-        self.assertNotEqual(wrk["rps"], "n/a")
-        self.assertEqual(tools.parse("wrk", testdata("wrk-without-lua.out"))["rps"], "n/a")
+        self.assertIsInstance(wrk["rps"], float)
+        self.assertIsNone(tools.parse("wrk", testdata("wrk-without-lua.out"))["rps"])
 
     def test_commands(self):
         self.assertEqual(tools.ab_command("http://h/", 10, 200, True), ["ab", "-q", "-r", "-n", "200", "-c", "10",
@@ -281,13 +292,28 @@ class ToolsTest(unittest.TestCase):
             with open(out, encoding="ascii") as file:
                 self.assertEqual(file.read(), "started\n")
 
-    def test_ratio_as_awk(self):
-        self.assertEqual(ratio(3, 2), "1.50")
-        self.assertEqual(ratio(1000000, "3", "%.1f"), "333333.3")
-        self.assertEqual(ratio("n/a", 2), "n/a")
-        self.assertEqual(ratio(5, "n/a"), "n/a")
-        self.assertEqual(ratio(5, 0), "n/a")
-        self.assertEqual(ratio("", 4), "0.00")  # awk reads an empty count as 0
+    def test_run_client_stops_the_whole_process_group(self):
+        # The client's children (perf's ab, taskset's wrk) go with it: a grandchild that ignores nothing but
+        # outlives its parent's SIGTERM is in the same group, and is killed too.
+        with tempfile.TemporaryDirectory() as scratch:
+            out, pid_file = os.path.join(scratch, "out"), os.path.join(scratch, "pid")
+            status = tools.run_client(1, ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], out)
+            self.assertEqual(status, tools.TIMED_OUT)
+            with open(pid_file, encoding="ascii") as file:
+                grandchild = int(file.read())
+            time.sleep(0.2)
+            try:  # gone, or a zombie that nobody has reaped yet (where PID 1 does not reap)
+                with open(f"/proc/{grandchild}/stat", encoding="ascii") as file:
+                    self.assertEqual(file.read().rsplit(") ", 1)[1][0], "Z")
+            except FileNotFoundError:
+                pass
+
+    def test_ratio_typed(self):
+        self.assertEqual(ratio(3, 2), 1.5)
+        self.assertEqual(ratio(1000000, 3, 1), 333333.3)
+        self.assertIsNone(ratio(None, 2))
+        self.assertIsNone(ratio(5, None))
+        self.assertIsNone(ratio(5, 0))
 
 
 class HostTest(unittest.TestCase):
@@ -461,7 +487,7 @@ class LauncherTest(unittest.TestCase):
         with open(launcher, encoding="utf-8") as file:
             self.assertLess(len(file.read().split("\n")), 100)
         result = subprocess.run([launcher, "--no-build", "-c", "0"], capture_output=True, text=True, check=False)
-        self.assertEqual((result.returncode, result.stderr), (2, "error: bad concurrency '0'\nrun "
+        self.assertEqual((result.returncode, result.stderr), (2, USAGE + "error: bad concurrency '0'\nrun "
                                                                  "benchmark/benchmark.sh --help for the options\n"))
 
 

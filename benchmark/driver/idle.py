@@ -11,7 +11,7 @@ from __future__ import annotations
 from .environment import client_binary
 from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
 from .servers import Server
-from .session import CsvTable, Session, first_line, no_commas
+from .session import CsvTable, Session, first_line
 from .tools import IdleHolder
 
 SCHEMA = ("server", "idle", "keepalive", "concurrency", "repetition", *MEASURED)
@@ -112,7 +112,7 @@ class Idle:
 def failed(why: str, prefix: str = "FAILED: ") -> dict[str, str]:
     """The figures of a run that could not be made (or, with the prefix "not run: ", is past the server's limit,
     which is no failure)."""
-    return {**{name: "n/a" for name in MEASURED}, "check": prefix + no_commas(why)}
+    return {**{name: None for name in MEASURED}, "check": prefix + why}
 
 
 class _Nothing:

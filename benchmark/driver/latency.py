@@ -14,7 +14,8 @@ from . import sample, tools
 from .environment import client_binary
 from .measure import Target, begin_pass, check_run, url, warm_up
 from .servers import Server
-from .session import BODY_BYTES, CsvTable, Session, no_commas, ratio, read
+from .analyse import count, number
+from .session import BODY_BYTES, CsvTable, Session, ratio, read
 
 # Offered loads, as fractions of the capacity ab measures, when --rates gives none: from light load, through the
 # knee, to overload, where the queue (and the corrected latency) grows for as long as the run lasts.
@@ -28,7 +29,7 @@ FROM_OPENLOOP = {"requests_per_s": "achieved_rps", "p50_ms": "p50_ms", "p90_ms":
                  "u_p999_ms": "u_p999_ms", "gen_lag_p99_ms": "gen_lag_p99_ms"}
 
 
-def offered_rates(rps: str, rates: list[int]) -> list[int]:
+def offered_rates(rps: float, rates: list[int]) -> list[int]:
     """--rates, lowest first (the knee is read in order), or the FRACTIONS of the capacity, rounded to 10 req/s."""
     if rates:
         return sorted(rates)
@@ -66,8 +67,8 @@ class Latency:
                     s.fail_check(f"{spec} {server.problem or 'did not start'}")
                 why = "no capacity: its ab run failed" if server.started else server.problem or "did not start"
                 for rate in self.rates_of.get(spec) or o.rates or ["n/a"]:
-                    self.table.add({**{name: "n/a" for name in SCHEMA}, "server": spec, "rate": rate,
-                                    "repetition": rep, "check": "FAILED: " + no_commas(why)})
+                    self.table.add({**{name: None for name in SCHEMA}, "server": spec, "rate": rate,
+                                    "repetition": rep, "check": "FAILED: " + why})
                 self.progress += self.rate_count
                 return
             for rate in self.rates_of[spec]:
@@ -83,19 +84,19 @@ class Latency:
         """What ab, closed loop, gets from the server with C connections (a new one per request, or -k); sets
         the server's rates."""
         s, o = self.session, self.session.options
-        command = tools.ab_command(url(server, Target()), c, int(o.requests), o.keepalive)
+        command = tools.ab_command(url(server, Target()), c, o.requests, o.keepalive)
         s.say(f"  capacity: {' '.join(command)}")
         s.log_header(f"{spec} capacity", " ".join(command), server.command, pass_.pinned)
         out = s.path("run.out")
-        status = tools.run_client(60 + int(o.requests) // 50, [*pass_.client_prefix, *command], out)
+        status = tools.run_client(60 + o.requests // 50, [*pass_.client_prefix, *command], out)
         s.append_file_to_log(out)
         output = read(out)
         record = tools.Record(command, status, output, tools.parse("ab", output))
         check = check_run(s, server, "ab", f"{spec} capacity", record, o.requests, Target())
         rps = record.figures["rps"]
-        if check != "ok" or rps == "n/a":
+        if check != "ok" or rps is None:
             return
-        self.capacity_of[spec] = int(rps.split(".")[0])
+        self.capacity_of[spec] = int(rps)
         self.rates_of[spec] = offered_rates(rps, o.rates)
         s.say(f"  capacity {self.capacity_of[spec]} req/s; offered loads: "
               f"{' '.join(map(str, self.rates_of[spec]))} req/s")
@@ -137,14 +138,14 @@ class Latency:
             problems.append("the server died")
         for problem in problems:
             s.fail_check(f"{spec} at {rate} req/s: {problem}")
-        row = {name: r.get(key) or "n/a" for name, key in FROM_OPENLOOP.items()}
-        row.update(server=spec, rate=rate, repetition=rep, load_pct="n/a", failed="n/a", cpu_us_per_req="n/a",
-                   complete=r.get("completed") or "0", non2xx=r.get("bad_status") or "0",
-                   check="FAILED: " + ";".join(no_commas(p) for p in problems) if problems else "ok")
+        row = {name: number(r.get(key)) for name, key in FROM_OPENLOOP.items()}
+        row.update(server=spec, rate=rate, repetition=rep, load_pct=None, failed=None, cpu_us_per_req=None,
+                   complete=count(r.get("completed")) or 0, non2xx=count(r.get("bad_status")) or 0,
+                   check="FAILED: " + ";".join(problems) if problems else "ok")
         if r.get("completed"):
             row["failed"] = int(r["scheduled"]) - int(r["completed"])  # errors, timeouts, unsent; refused: non2xx
             row["cpu_us_per_req"] = ratio((cpu_after - cpu_before) * 1000000 // sample.TICKS_PER_S, r["completed"],
-                                          "%.1f")
+                                          1)
         if spec in self.capacity_of:
-            row["load_pct"] = ratio(rate * 100, self.capacity_of[spec], "%.0f")
+            row["load_pct"] = ratio(rate * 100, self.capacity_of[spec], 0)
         self.table.add(row)

@@ -22,7 +22,7 @@ from . import sample, tools
 from .measure import begin_pass
 from .options import FLOOR
 from .servers import Server, server_flags
-from .session import BODY_BYTES, CsvTable, Session, no_commas, ratio, read
+from .session import BODY_BYTES, CsvTable, Session, ratio, read
 
 SCHEMA = ("server", "cores", "connection", "delay_us", "repetition", "requests_per_s", "p99_ms", "complete",
           "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct", "check")
@@ -106,7 +106,7 @@ class Scaling:
                 s.fail_check(f"{spec} K={k}: {problem}")
                 for load in loads:
                     self.progress += 1
-                    self.row(spec, k, load, delay, rep, {"check": "FAILED: " + no_commas(problem)})
+                    self.row(spec, k, load, delay, rep, {"check": "FAILED: " + problem})
                 return
             self.wrk(server, k, loads[0], "warm-up", WARM_UP, WARM_UP_S)
             for load in loads:
@@ -123,7 +123,7 @@ class Scaling:
 
     def row(self, spec: str, k: int, load: str, delay: int, rep: int, figures: dict[str, str]) -> None:
         key = {"server": spec, "cores": k, "connection": load, "delay_us": delay, "repetition": rep}
-        self.table.add({**key, **{name: figures.get(name, "n/a") for name in SCHEMA if name not in key}})
+        self.table.add({**key, **{name: figures.get(name) for name in SCHEMA if name not in key}})
 
     def wrk(self, server: Server, k: int, load: str, what: str, duration: str, seconds: int) -> tools.Record:
         """wrk on the client's CPUs, one thread per CPU, its output appended to the log."""
@@ -150,9 +150,9 @@ class Scaling:
         f, problems = record.figures, []
         if record.status != 0:
             problems.append(f"wrk exited with status {record.status}")
-        if f["failed"] != "0":
+        if f["failed"] != 0:
             problems.append(f"socket errors: {f['failed']}")
-        if f["non2xx"] != "0":
+        if f["non2xx"] != 0:
             problems.append(f"non-2xx responses: {f['non2xx']}")
         if not server.alive():
             problems.append("the server died")
@@ -161,11 +161,11 @@ class Scaling:
         cpu_s = ticks / sample.TICKS_PER_S
         figures = {"requests_per_s": f["rps"], "p99_ms": f["p99_ms"], "complete": f["complete"],
                    "failed": f["failed"], "non2xx": f["non2xx"],
-                   "cpu_us_per_req": ratio(cpu_s * 1e6, f["complete"], "%.2f"),
-                   "server_cpus": ratio(cpu_s, o.duration_s, "%.2f"),
-                   "rps_per_cpu": ratio(f["complete"], cpu_s, "%.0f"),
-                   "client_busy_pct": "%.0f" % sample.busy_percent(client_before, client_after),
-                   "check": "FAILED: " + ";".join(no_commas(p) for p in problems) if problems else "ok"}
+                   "cpu_us_per_req": ratio(cpu_s * 1e6, f["complete"], 2),
+                   "server_cpus": ratio(cpu_s, o.duration_s, 2),
+                   "rps_per_cpu": ratio(f["complete"], cpu_s, 0),
+                   "client_busy_pct": round(sample.busy_percent(client_before, client_after)),
+                   "check": "FAILED: " + ";".join(problems) if problems else "ok"}
         for line in record.output.split("\n"):
             if "Requests/sec" in line or "Socket errors" in line or "Non-2xx" in line:
                 s.say("  " + line.strip())

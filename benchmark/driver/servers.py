@@ -50,9 +50,9 @@ def variant_flags(spec: str) -> list[str]:
     return flags
 
 
-def threads_of(spec: str, threads: str, cpus: int) -> str:
+def threads_of(spec: str, threads: int | str | None, cpus: int) -> str:
     """The threads a server runs with: its variant's --threads, else --threads, else one per CPU."""
-    value = threads or str(cpus)
+    value = str(threads or cpus)
     flags = variant_flags(spec)
     for previous, current in zip(flags, flags[1:]):
         if previous == "--threads":
@@ -60,13 +60,13 @@ def threads_of(spec: str, threads: str, cpus: int) -> str:
     return value
 
 
-def is_single_threaded(spec: str, threads: str, nginx_workers: str, cpus: int) -> bool:
+def is_single_threaded(spec: str, threads: int | None, nginx_workers: int | None, cpus: int) -> bool:
     if spec.startswith(("01-", "03-")):
         return True
     if spec.startswith(("05-", "06-", "07-")):
         return threads_of(spec, threads, cpus) == "1"
     if spec == "nginx":
-        return nginx_workers == "1"
+        return nginx_workers == 1
     return False
 
 
@@ -76,7 +76,8 @@ def server_flags(session: Session, spec: str, threads: str = "", delay_us: str =
     override the options' (--mode scaling sets them for each row). The floor takes only --threads and
     --delay-us 0: it has no handler."""
     o = session.options
-    threads, delay_us = threads or o.threads, delay_us or o.delay_us
+    threads = threads or ("" if o.threads is None else str(o.threads))
+    delay_us = delay_us or str(o.delay_us)
     if spec == FLOOR:
         return ["--delay-us", "0", *(["--threads", threads] if threads else [])]
     flags = ["--delay-us", delay_us, "--handler", o.handler]

@@ -1,7 +1,7 @@
 """The end of a run: summary.csv (the median of the repetitions), summary.md (what ran, where, and the tables),
 the plot, and fingerprints.json (what code each server was built from, when docs/tools/fingerprint.py exists).
 
-The arithmetic and the formats are analyse.py's (tested byte for byte against committed runs); this module says
+The arithmetic and the formats are analyse.py's (tested against the committed runs); this module says
 which of its tables each mode shows, and writes the page around them.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .session import BODY_BYTES, FILES, Session, command_output, have, which
 from .scaling import WARM_UP
-from .tools import analyse
+from . import analyse
 
 CONN_PROBES = 100     # --mode connections: new clients timed one after another beside the held connections
 IDLE_WINDOW_S = 5     # --mode connections: how long the server's CPU time is watched while the connections idle
@@ -35,14 +35,14 @@ class Context:
 def summarize(raw_csv: str, summary_csv: str, mode: str = "") -> None:
     """raw.csv -> summary.csv: the columns before `repetition` are the row's key; the median of the others (and,
     in --mode scaling, the ratio to the floor and the client-bound mark)."""
-    lines = analyse.summarize(analyse.read_lines(raw_csv))
+    rows = analyse.summarize(analyse.read_rows(raw_csv))
     if mode == "scaling":
-        lines = analyse.scaling_columns(lines)
-    analyse.write_text(summary_csv, "".join(f"{line}\n" for line in lines))
+        rows = analyse.scaling_columns(rows)
+    analyse.write_text(summary_csv, analyse.csv_text(rows))
 
 
 def table(kind: str, csv_path: str, tool: str = "ab") -> list[str]:
-    return analyse.markdown_table(analyse.table_columns(kind, tool), analyse.read_lines(csv_path))
+    return analyse.markdown_table(analyse.table_columns(kind, tool), analyse.read_rows(csv_path))
 
 
 def tables(session: Session, results_dir: str) -> list[str]:
@@ -58,13 +58,12 @@ def tables(session: Session, results_dir: str) -> list[str]:
     if o.mode == "scaling":
         return table("scaling", summary_csv)
     if o.mode == "latency":
-        return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_lines(summary_csv),
+        return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_rows(summary_csv),
                                                                    float(o.p99_target))]
     # connections: from raw.csv, one run per row; then the slabs of the rows whose kernel memory was measured.
-    lines = analyse.read_lines(raw_csv)
-    column = lines[0].split(",").index("slabs")
-    measured = [lines[0]] + [line for line in lines[1:]
-                             if len(line.split(",")) > column and line.split(",")[column] not in ("", "n/a")]
+    rows = analyse.read_rows(raw_csv)
+    column = rows[0].index("slabs")
+    measured = [rows[0]] + [row for row in rows[1:] if len(row) > column and row[column] not in ("", "n/a")]
     return [*table("connections", raw_csv), "",
             *analyse.markdown_table(analyse.table_columns("slabs"), measured)]
 

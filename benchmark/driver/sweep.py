@@ -12,7 +12,7 @@ import subprocess
 
 from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
 from .servers import Server
-from .session import FILES, CsvTable, Session, no_commas
+from .session import FILES, CsvTable, Session
 
 # raw.csv's columns. The summary keeps the columns before `repetition` as the row's key, takes the median of the
 # others over the repetitions, and sums failed + non2xx into `failures`.
@@ -102,8 +102,8 @@ class Sweep:
 
     def failed_row(self, spec: str, target: Target, c: int, rep: int, why: str) -> None:
         """A row for a run that could not be made: every figure n/a, and the check says why."""
-        figures = {name: "n/a" for name in self.table.fields}
-        figures["check"] = "FAILED: " + no_commas(why)
+        figures = {name: None for name in self.table.fields}
+        figures["check"] = "FAILED: " + why
         self.row(spec, target, c, rep, figures)
 
     def benchmark_server(self, spec: str, rep: int) -> None:
