@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,8 +22,8 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import (analyse, connections, environment, idle, latency, main, options, scaling, summary,  # noqa: E402
-                    sweep, tools)
+from driver import (analyse, connections, environment, idle, latency, main, options, scaling, servers,  # noqa: E402
+                    summary, sweep, tools)
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
@@ -437,6 +438,27 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(server_flags(session, "05-epoll:--threads=1"),
                              ["--delay-us", "1000", "--handler", "wait", "--threads", "2", "--threads", "1"])
             self.assertEqual(server_flags(session, "03-select"), ["--delay-us", "1000", "--handler", "wait"])
+
+
+class BuildTargetTest(unittest.TestCase):
+    def test_from_cmakes_file_api_reply(self):
+        """An optional folder's target comes from CMake's file API (codemodel-v2), not from generated Makefiles."""
+        with tempfile.TemporaryDirectory() as build:
+            reply = os.path.join(build, servers.REPLY)
+            os.makedirs(reply)
+            files = {"index-2026.json": {"reply": {"client-psp-benchmark": {"codemodel-v2": {
+                         "jsonFile": "codemodel-v2-1.json"}}}},
+                     "codemodel-v2-1.json": {"configurations": [{"targets": [{"jsonFile": "target-a.json"},
+                                                                              {"jsonFile": "target-b.json"}]}]},
+                     "target-a.json": {"name": "server_07_uring", "artifacts": [{"path": "07-asio-uring/run_server"}]},
+                     "target-b.json": {"name": "common"}}
+            for name, content in files.items():
+                with open(os.path.join(reply, name), "w", encoding="utf-8") as file:
+                    json.dump(content, file)
+            self.assertEqual(servers.build_target(build, "07-asio-uring"), "server_07_uring")
+            self.assertEqual(servers.build_target(build, "05-epoll"), "server_05")
+            self.assertEqual(servers.build_target(build, "08-other"), "")
+        self.assertEqual(servers.build_target("/nonexistent", "08-other"), "")  # no build: no target, no error
 
 
 class FingerprintTest(unittest.TestCase):
