@@ -22,8 +22,8 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import (analyse, connections, environment, idle, latency, main, options, scaling, servers,  # noqa: E402
-                    summary, sweep, tools)
+from driver import (analyse, connections, disturbance, environment, idle, latency, main, measure,  # noqa: E402
+                    options, scaling, servers, summary, sweep, tools)
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
@@ -195,19 +195,24 @@ BEFORE = {
                    "server_charged_b,available_drop_b,idle_cpu_ms,probe_ok,probe_refused,probe_timeout,"
                    "probe_median_ms,probe_p99_ms,probe_max_ms,after_status,stopped_by,slabs,check",
 }
+# Since issue 37, every mode but connections has three more columns before `check`: the disturbance of each run
+# (and --mode latency a fourth, `generator`). The committed runs made before keep the columns of BEFORE.
+DISTURBANCE = ",other_cpu_pct,steal_pct,disturbed"
+NOW = {mode: columns.replace(",check", DISTURBANCE + (",generator" if mode == "latency" else "") + ",check")
+       if mode != "connections" else columns for mode, columns in BEFORE.items()}
 SCHEMAS = {"throughput": sweep.THROUGHPUT, "files": sweep.FILES_SCHEMA, "idle": idle.SCHEMA,
            "latency": latency.SCHEMA, "connections": connections.SCHEMA, "scaling": scaling.SCHEMA}
 
 
 class SchemaTest(unittest.TestCase):
-    def test_each_mode_writes_the_columns_of_before(self):
+    def test_each_mode_writes_its_columns(self):
         with tempfile.TemporaryDirectory() as scratch:
             for mode, fields in SCHEMAS.items():
                 with self.subTest(mode=mode):
                     path = os.path.join(scratch, f"{mode}.csv")
                     CsvTable(path, fields)
                     with open(path, encoding="utf-8") as file:
-                        self.assertEqual(file.read(), BEFORE[mode] + "\n")
+                        self.assertEqual(file.read(), NOW[mode] + "\n")
 
     def test_a_row_must_give_every_field(self):
         with tempfile.TemporaryDirectory() as scratch:
@@ -229,7 +234,7 @@ class SchemaTest(unittest.TestCase):
                 with open(raw, encoding="utf-8", newline="") as file:
                     text = file.read()
                 lines = text.rstrip("\n").split("\n")
-                fields = next((f for f in SCHEMAS.values() if ",".join(f) == lines[0]), None)
+                fields = next((tuple(f.split(",")) for f in BEFORE.values() if f == lines[0]), None)
                 if fields is None:
                     continue  # an older layout, from before a column was added
                 copy = CsvTable(os.path.join(scratch, run + ".csv"), fields)
@@ -248,7 +253,7 @@ class SchemaTest(unittest.TestCase):
             with open(os.path.join(scratch, "raw.csv"), encoding="utf-8") as file:
                 row = file.read().split("\n")[1]
             # The check keeps its comma: the cell is quoted, and the csv module reads it back whole.
-            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 12 + '"FAILED: did not start, twice"')
+            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 15 + '"FAILED: did not start, twice"')
             self.assertEqual(analyse.read_rows(os.path.join(scratch, "raw.csv"))[1][-1],
                              "FAILED: did not start, twice")
 
@@ -315,6 +320,93 @@ class ToolsTest(unittest.TestCase):
         self.assertIsNone(ratio(None, 2))
         self.assertIsNone(ratio(5, None))
         self.assertIsNone(ratio(5, 0))
+
+
+# Two readings of /proc/stat, 1 s apart on 2 CPUs (200 ticks): 150 busy, of which the server took 40 ticks and the
+# driver with its waited-for client 0.3 s (30 ticks); 4 ticks of steal.
+STAT_BEFORE = "cpu  1000 0 500 8000 100 0 50 10 0 0\ncpu0 500 0 250 4000 50 0 25 5 0 0\n"
+STAT_AFTER = "cpu  1100 0 540 8044 102 0 60 14 0 0\ncpu0 550 0 270 4020 51 0 30 7 0 0\n"
+
+
+class DisturbanceTest(unittest.TestCase):
+    def test_machine_times_from_proc_stat(self):
+        self.assertEqual(disturbance.machine_times(STAT_BEFORE), (1550, 9660, 10))
+        self.assertEqual(disturbance.machine_times("intr 1 2\n"), (0, 0, 0))
+
+    def snapshots(self, server_ticks, our_seconds):
+        before = disturbance.Snapshot(*disturbance.machine_times(STAT_BEFORE), server=100, ours=1.0)
+        after = disturbance.Snapshot(*disturbance.machine_times(STAT_AFTER), server=100 + server_ticks,
+                                     ours=1.0 + our_seconds)
+        return before, after
+
+    def test_other_processes_share_and_the_mark(self):
+        before, after = self.snapshots(40, 0.3)
+        # busy 150 - 40 (server) - 30 (driver and client) = 80 of 200 ticks: 40 %; steal 4 of 200: 2 %.
+        result = disturbance.between(before, after, 10, ticks_per_s=100)
+        self.assertEqual((result.other_cpu_pct, result.steal_pct, result.disturbed), (40.0, 2.0, True))
+        self.assertEqual(result.columns(), {"other_cpu_pct": 40.0, "steal_pct": 2.0, "disturbed": "yes"})
+        quiet = disturbance.between(*self.snapshots(110, 0.4), 10, ticks_per_s=100)
+        self.assertEqual((quiet.other_cpu_pct, quiet.disturbed), (0.0, False))  # never below 0
+        self.assertEqual(disturbance.between(before, before, 10), disturbance.NOT_MEASURED)
+
+    def test_a_real_window_reads_this_machine(self):
+        with disturbance.Window([os.getpid()], 100) as window:
+            time.sleep(0.05)
+        self.assertIsNotNone(window.result.other_cpu_pct)  # (no figure asserted: the machine is shared)
+
+    def test_retry_only_when_asked_and_at_most_twice(self):
+        session = Session(parse("--no-reference", "05"), "/repo", HERE)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, 0, True))
+            session = Session(parse("--no-reference", "--retry-disturbed", "05"), "/repo", HERE)
+            figures = {"disturbed": "yes"}
+            self.assertTrue(measure.measured_again(session, figures, 0, True))
+            self.assertEqual(figures["disturbed"], "measured again")
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, disturbance.RETRIES, True))
+            self.assertFalse(measure.measured_again(session, {"disturbed": "no"}, 0, True))
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, 0, False))  # the server died
+
+    def test_latency_measures_a_lagging_rate_again_without_being_asked(self):
+        session = Session(parse("--mode", "latency", "--no-reference", "05"), "/repo", HERE)
+        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(io.StringIO()):
+            runs = latency.Latency(session, os.path.join(scratch, "raw.csv"))
+            row = {"generator": "behind", "disturbed": "no"}
+            self.assertTrue(runs.measure_again(row, 0, True))
+            self.assertEqual(row["disturbed"], "measured again")
+            self.assertFalse(runs.measure_again({"generator": "behind", "disturbed": "no"}, 2, True))
+            self.assertFalse(runs.measure_again({"generator": "ok", "disturbed": "yes"}, 0, True))  # not asked
+
+    def test_summary_leaves_out_runs_measured_again_and_counts_the_disturbed(self):
+        rows = analyse.parse_rows(
+            "server,concurrency,repetition,requests_per_s,failed,non2xx,other_cpu_pct,steal_pct,disturbed,check\n"
+            "05-epoll,10,1,100,0,0,55,0,measured again,ok\n"
+            "05-epoll,10,1,1000,0,0,2,0,no,ok\n"
+            "05-epoll,10,2,900,0,0,30,0,yes,ok\n"
+            "05-epoll,10,3,1100,0,0,1,0,no,ok\n")
+        summary = analyse.summarize(rows)
+        self.assertEqual(summary[0][-2:], ["disturbed_runs", "check"])
+        row = dict(zip(summary[0], summary[1]))
+        self.assertEqual((row["runs"], row["requests_per_s"], row["rps_min"], row["disturbed_runs"]), (3, 1000, 900, 1))
+        self.assertEqual(row["other_cpu_pct"], 2)  # the median of the kept runs
+        table = analyse.markdown_table([analyse.Column("server", "server", "server"),
+                                        analyse.Column(analyse.spread, "spread", "%s")], summary)
+        self.assertEqual(table[2], "| 05-epoll | 20% (1 of 3 disturbed) |")
+        passes = disturbance.passes_table(rows)
+        self.assertEqual(passes[2:], ["| 05-epoll | 1 | 55, 2 | 0, 0 | concurrency=10 (measured again) |",
+                                      "| 05-epoll | 2 | 30 | 0 | concurrency=10 |",
+                                      "| 05-epoll | 3 | 1 | 0 | none |"])
+        self.assertEqual(disturbance.passes_table([["server", "concurrency", "repetition", "check"]]), [])
+
+    def test_the_knee_skips_a_rate_the_generator_could_not_offer(self):
+        rows = analyse.parse_rows(
+            "server,rate,runs,p99_ms,disturbed_runs,generator_behind_runs,check\n"
+            "05-epoll,100,1,1.0,0,0,ok\n"
+            "05-epoll,200,1,50.0,1,1,ok\n"      # one bad second of the machine: not the server's
+            "05-epoll,300,1,2.0,0,0,ok\n"
+            "05-epoll,400,1,15.0,0,0,ok\n")
+        table = analyse.knees(rows, 10)
+        self.assertTrue(table[0].endswith("| rates not measured (the generator fell behind) |"))
+        self.assertEqual(table[2], "| 05-epoll | 300 | 2.0 | 400 | 15.0 | 200 |")
 
 
 class HostTest(unittest.TestCase):

@@ -246,8 +246,9 @@ def median(values: list) -> Union[float, str, None]:
 # Columns of raw.csv that are neither the key, nor figures, nor the check: they say something about the run.
 # `disturbed`: "yes" when other processes took more of the machine than the threshold during the run (see
 # driver/disturbance.py); "measured again" when --retry-disturbed measured the run once more (the row that
-# replaced it follows), and then the summary leaves it out.
-NOTES = ("disturbed",)
+# replaced it follows), and then the summary leaves it out. `generator` (--mode latency): "behind" when the load
+# generator itself fell behind its schedule: that rate says nothing about the server (see knees).
+NOTES = ("disturbed", "generator")
 SUPERSEDED = "measured again"
 
 
@@ -264,6 +265,7 @@ class Group:
         self.why = ""                   # the first of those checks
         self.disturbed = 0              # runs marked disturbed (and kept)
         self.superseded = 0             # runs measured again (left out)
+        self.behind = 0                 # runs at which the load generator fell behind (and kept)
 
 
 def summarize(rows: Rows) -> Rows:
@@ -286,6 +288,7 @@ def summarize(rows: Rows) -> Rows:
     failed = names.index("failed") if "failed" in names else None
     non2xx = names.index("non2xx") if "non2xx" in names else None
     disturbed = names.index("disturbed") if "disturbed" in names else None
+    generator = names.index("generator") if "generator" in names else None
     figures = [index for index in range(key_count + 1, check) if names[index] not in NOTES]
     dropped = {index for index in figures if names[index] == "complete" or index == non2xx}
 
@@ -299,6 +302,8 @@ def summarize(rows: Rows) -> Rows:
             header.append(names[index])
     if disturbed is not None:
         header.append("disturbed_runs")
+    if generator is not None:
+        header.append("generator_behind_runs")
     header.append("check")
 
     groups: dict[tuple, Group] = {}  # by key, in the order of the first run of each (dicts keep that order)
@@ -312,6 +317,8 @@ def summarize(rows: Rows) -> Rows:
         group.runs += 1
         if disturbed is not None and cells[disturbed] == "yes":
             group.disturbed += 1
+        if generator is not None and cells[generator] == "behind":
+            group.behind += 1
         for index in figures:
             group.values.setdefault(index, []).append(cells[index])
         for index in (failed, non2xx):
@@ -339,6 +346,8 @@ def summarize(rows: Rows) -> Rows:
                 row.append(median(group.values.get(index, [])))
         if disturbed is not None:
             row.append(group.disturbed)
+        if generator is not None:
+            row.append(group.behind)
         if group.bad == 0:
             row.append("ok")
         elif group.bad == group.runs:
@@ -433,6 +442,27 @@ def after_release(row: dict[str, str]) -> str:
     return "served" if number(status) == 200 else "NOT served"
 
 
+def spread(row: dict[str, str]) -> str:
+    """The spread of req/s, "12.5%" (– for n/a), and when some of the runs in it were disturbed, how many:
+    "12.5% (1 of 3 disturbed)"."""
+    value = row_value(row, "spread_pct")
+    text = "–" if value.startswith("n/a") else (value + "%" if value else "")
+    marked = number(row_value(row, "disturbed_runs"))
+    if marked:
+        text += f" ({int(marked)} of {row_value(row, 'runs')} disturbed)"
+    return text
+
+
+def disturbed_runs(row: dict[str, str]) -> str:
+    """How many of a row's runs were disturbed, or at which the load generator fell behind: "1 of 3", "0", or
+    "" for a summary made before this was measured."""
+    marked, behind = number(row_value(row, "disturbed_runs")), number(row_value(row, "generator_behind_runs"))
+    if marked is None:
+        return ""
+    text = f"{int(marked)} of {row_value(row, 'runs')}" if marked else "0"
+    return text + (f"; generator behind in {int(behind)}" if behind else "")
+
+
 # The tables of summary.md, one entry per mode. A new mode adds its entry here, and benchmark.sh a function that
 # calls `analyse.py table MODE summary.csv`.
 TABLES: dict[str, list[Column]] = {
@@ -441,7 +471,7 @@ TABLES: dict[str, list[Column]] = {
         Column("concurrency", "c", "%s"),  # "connections" with --tool wrk: see table_columns
         Column("requests_per_s", "req/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("mean_ms", "mean ms", "%.3f"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
@@ -459,7 +489,7 @@ TABLES: dict[str, list[Column]] = {
         Column("requests_per_s", "req/s", "%.0f"),
         Column("mib_per_s", "MiB/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("mean_ms", "mean ms", "%.3f"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
@@ -515,7 +545,7 @@ TABLES: dict[str, list[Column]] = {
         Column("concurrency", "c", "%s"),
         Column("requests_per_s", "req/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
         Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
@@ -530,7 +560,7 @@ TABLES: dict[str, list[Column]] = {
         Column("connection", "connection", "text"),
         Column("delay_us", "delay µs", "%s"),
         Column("requests_per_s", "req/s", "%.0f"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("vs_nginx", "vs nginx", "ratio"),
         Column("cpu_us_per_req", "CPU µs/req", "%.2f"),
         Column("server_cpus", "server CPUs busy", "%.2f"),
@@ -554,6 +584,7 @@ TABLES: dict[str, list[Column]] = {
         Column("failures", "failures", "%s"),
         Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
         Column("gen_lag_p99_ms", "generator lag p99 ms", "%.2f"),
+        Column(disturbed_runs, "disturbed runs", "%s"),
         Column("check", "check", "text"),
     ],
 }
@@ -583,22 +614,30 @@ def knees(rows: Rows, target_ms: float) -> list[str]:
     """summary.csv of the latency mode -> a Markdown table of each server's knee: the highest offered rate at which
     the p99 (from the intended send time) is still under TARGET_MS, every lower rate being under it too. Past the
     knee, requests arrive faster than they are served, and the queue (and the latency) grows for as long as the
-    load lasts."""
-    found: dict[str, list[str]] = {}  # server -> [knee rate, its p99, the first rate over the target, its p99]
+    load lasts. A rate at which the load generator itself fell behind in every run kept (generator_behind_runs)
+    says nothing about the server: it counts neither way, and the table lists it as not measured."""
+    found: dict[str, list] = {}  # server -> [knee rate, its p99, the first rate over the target, its p99, skipped]
+    generator_column = "generator_behind_runs" in rows[0]
     for row in records(rows):
-        entry = found.setdefault(row["server"], ["", "", "", ""])
+        entry = found.setdefault(row["server"], ["", "", "", "", []])
         if entry[2]:
             continue  # already over the target at a lower rate
+        runs, behind = number(row.get("runs")), number(row.get("generator_behind_runs"))
+        if generator_column and behind and runs and behind >= runs:
+            entry[4].append(row["rate"])
+            continue
         p99 = number(row["p99_ms"])
         if p99 is not None and p99 < target_ms:
             entry[0], entry[1] = row["rate"], row["p99_ms"]
         else:
             entry[2], entry[3] = row["rate"], row["p99_ms"]
-    out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |",
-           "|---|---:|---:|---:|---:|"]
-    for server, (rate, p99, over, over_p99) in found.items():
-        out.append(f"| {cell(server, 'server')} | {rate or 'below the lowest rate'} | {p99} | {over or '–'} | "
-                   f"{over_p99 or '–'} |")
+    extra = " rates not measured (the generator fell behind) |" if generator_column else ""
+    out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |"
+           + extra, "|---|---:|---:|---:|---:|" + ("---|" if generator_column else "")]
+    for server, (rate, p99, over, over_p99, skipped) in found.items():
+        line = (f"| {cell(server, 'server')} | {rate or 'below the lowest rate'} | {p99} | {over or '–'} | "
+                f"{over_p99 or '–'} |")
+        out.append(line + (f" {', '.join(skipped) or 'none'} |" if generator_column else ""))
     return out
 
 

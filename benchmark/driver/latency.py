@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from . import sample, tools
+from . import disturbance, sample, tools
 from .environment import client_binary
 from .measure import Target, begin_pass, check_run, url, warm_up
 from .servers import Server
@@ -22,7 +22,11 @@ from .session import BODY_BYTES, CsvTable, Session, ratio, read
 FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
 SCHEMA = ("server", "rate", "repetition", "requests_per_s", "load_pct", "p50_ms", "p90_ms", "p99_ms", "p999_ms",
           "max_ms", "mean_ms", "u_p99_ms", "u_p999_ms", "complete", "failed", "non2xx", "cpu_us_per_req",
-          "gen_lag_p99_ms", "check")
+          "gen_lag_p99_ms", *disturbance.COLUMNS, "generator", "check")
+# openloop's own bound (kMaxLagP99Ms in openloop.cpp): past it, the generator fell behind its schedule, and the
+# latencies at that rate include its lateness. Such a rate is measured again (RETRIES times at most), whatever
+# --retry-disturbed says; if it still lags, its row says `generator` behind, and the knee does not count it.
+GEN_LAG_BOUND_MS = 1.0
 # The columns openloop's line gives, by name in raw.csv and in that line.
 FROM_OPENLOOP = {"requests_per_s": "achieved_rps", "p50_ms": "p50_ms", "p90_ms": "p90_ms", "p99_ms": "p99_ms",
                  "p999_ms": "p999_ms", "max_ms": "max_ms", "mean_ms": "mean_ms", "u_p99_ms": "u_p99_ms",
@@ -74,7 +78,15 @@ class Latency:
             for rate in self.rates_of[spec]:
                 self.progress += 1
                 s.say(f"[{self.progress}/{self.total}] {spec} at {rate} req/s{pass_.label}")
-                self.latency_run(server, spec, rate, rep, c, pass_)
+                attempt = 0
+                while True:
+                    row = self.latency_run(server, spec, rate, rep, c, pass_)
+                    again = self.measure_again(row, attempt, server.alive())  # (marks the row first)
+                    self.table.add(row)
+                    if not again:
+                        break
+                    attempt += 1
+                    time.sleep(1)
                 if not server.alive():
                     s.error(f"  {spec} died; skipping its remaining rates in this pass")
                     break
@@ -101,7 +113,21 @@ class Latency:
         s.say(f"  capacity {self.capacity_of[spec]} req/s; offered loads: "
               f"{' '.join(map(str, self.rates_of[spec]))} req/s")
 
-    def latency_run(self, server: Server, spec: str, rate: int, rep: int, c: int, pass_) -> None:
+    def measure_again(self, row: dict, attempt: int, alive: bool) -> bool:
+        """Whether this rate is measured once more: the generator fell behind (always), or other processes
+        disturbed the run (with --retry-disturbed); at most disturbance.RETRIES times. The row is then marked
+        "measured again", which the summary and the knee leave out."""
+        s = self.session
+        lagged = row["generator"] == "behind"
+        disturbed = row["disturbed"] == "yes" and attempt < disturbance.retries(s.options)
+        if not alive or attempt >= disturbance.RETRIES or not (lagged or disturbed):
+            return False
+        row["disturbed"] = disturbance.SUPERSEDED
+        why = "the load generator fell behind" if lagged else "other processes disturbed it"
+        s.say(f"  {why}: measuring this rate again ({attempt + 1} of at most {disturbance.RETRIES})")
+        return True
+
+    def latency_run(self, server: Server, spec: str, rate: int, rep: int, c: int, pass_) -> dict:
         """One rate: openloop for --duration, the server's CPU read from /proc around it; a row of raw.csv."""
         s, o = self.session, self.session.options
         binary = client_binary(s, "openloop")
@@ -112,9 +138,12 @@ class Latency:
         s.say("  " + " ".join(word.rsplit("/", 1)[-1] for word in command))
         s.log_header(f"{spec} rate={rate} run {rep}/{o.repeat}", " ".join(command), server.command, pass_.pinned)
         cpu_before = sample.cpu_ticks(server.pids)
-        record = tools.openloop(binary, server.port, rate, o.duration_s, c, o.keepalive, pass_.client_prefix, out,
-                                err, BODY_BYTES)
+        with disturbance.Window(server.pids, o.disturbed_pct) as window:
+            record = tools.openloop(binary, server.port, rate, o.duration_s, c, o.keepalive, pass_.client_prefix,
+                                    out, err, BODY_BYTES)
         cpu_after = sample.cpu_ticks(server.pids)
+        s.say(f"  {window.result.sentence()}")
+        s.append_log(f"--- {window.result.sentence()}\n")
         s.append_file_to_log(out, err)
         r, problems = record.figures, []
         # Past its capacity a server may time out, drop or refuse requests (04 answers 503 when its queue is full):
@@ -141,11 +170,14 @@ class Latency:
         row = {name: number(r.get(key)) for name, key in FROM_OPENLOOP.items()}
         row.update(server=spec, rate=rate, repetition=rep, load_pct=None, failed=None, cpu_us_per_req=None,
                    complete=count(r.get("completed")) or 0, non2xx=count(r.get("bad_status")) or 0,
-                   check="FAILED: " + ";".join(problems) if problems else "ok")
+                   check="FAILED: " + ";".join(problems) if problems else "ok", **window.result.columns())
+        lag = number(r.get("gen_lag_p99_ms"))
+        behind = count(r.get("fell_behind")) or (lag is not None and lag > GEN_LAG_BOUND_MS)
+        row["generator"] = None if lag is None else ("behind" if behind else "ok")
         if r.get("completed"):
             row["failed"] = int(r["scheduled"]) - int(r["completed"])  # errors, timeouts, unsent; refused: non2xx
             row["cpu_us_per_req"] = ratio((cpu_after - cpu_before) * 1000000 // sample.TICKS_PER_S, r["completed"],
                                           1)
         if spec in self.capacity_of:
             row["load_pct"] = ratio(rate * 100, self.capacity_of[spec], 0)
-        self.table.add(row)
+        return row

@@ -12,14 +12,14 @@ import re
 import resource
 from dataclasses import dataclass
 
-from . import sample, tools
+from . import disturbance, sample, tools
 from .servers import Server, is_single_threaded
 from .session import BODY_BYTES, Session, cell_text, ratio, read
 
 # The figures of a measured run, in raw.csv's order (after the mode's key columns).
 MEASURED = ("requests_per_s", "mean_ms", "p99_ms", "complete", "failed", "non2xx", "cpu_us_per_req",
             "io_uring_threads_cpu_us_per_req", "ctxsw_per_req", "syscalls_per_req", "peak_rss_kib", "peak_threads",
-            "check")
+            *disturbance.COLUMNS, "check")
 
 
 @dataclass
@@ -140,7 +140,7 @@ def measure_run(session: Session, server: Server, spec: str, c: int, rep: int, t
     cpu_before = sample.cpu_ticks(server.pids)
     iou_before = sample.io_uring_thread_ticks(server.pids)
     ctx_before = sample.context_switches(server.pids)
-    with sample.ThreadSampler(server.pids) as threads:
+    with disturbance.Window(server.pids, o.disturbed_pct) as window, sample.ThreadSampler(server.pids) as threads:
         record = tools.load(o.tool, command, limit, out, pass_.client_prefix, perf, percentiles)
     cpu_after = sample.cpu_ticks(server.pids)
     iou_after = sample.io_uring_thread_ticks(server.pids)
@@ -188,8 +188,22 @@ def measure_run(session: Session, server: Server, spec: str, c: int, rep: int, t
     session.say(f"  server per request: {cell_text(cpu_us)} us CPU{iou_part}, {cell_text(ctx_per_req)} context "
                 f"switches, {cell_text(syscalls_per_req)} syscalls; peak {peak_rss // 1024} MiB RSS, {peak_threads} "
                 "threads")
+    session.say(f"  {window.result.sentence()}")
+    session.append_log(f"--- {window.result.sentence()}\n")
     return {"requests_per_s": f["rps"], "mean_ms": f["mean_ms"], "p99_ms": f["p99_ms"], "complete": complete,
             "failed": f["failed"], "non2xx": f["non2xx"], "cpu_us_per_req": cpu_us,
             "io_uring_threads_cpu_us_per_req": iou_us, "ctxsw_per_req": ctx_per_req,
             "syscalls_per_req": syscalls_per_req, "peak_rss_kib": peak_rss, "peak_threads": peak_threads,
-            "check": check, "mib_per_s": f["mib_per_s"], "bytes_per_req": bytes_per_req}
+            "check": check, "mib_per_s": f["mib_per_s"], "bytes_per_req": bytes_per_req,
+            **window.result.columns()}
+
+
+def measured_again(session: Session, figures: dict, attempt: int, alive: bool) -> bool:
+    """After a run: True when it was disturbed, --retry-disturbed allows one more attempt and the server is still
+    up. Its figures are then marked "measured again" (the row is kept in raw.csv, left out of the summary), and
+    the caller measures the run once more."""
+    if figures.get("disturbed") != "yes" or attempt >= disturbance.retries(session.options) or not alive:
+        return False
+    figures["disturbed"] = disturbance.SUPERSEDED
+    session.say(f"  disturbed: measuring this run again ({attempt + 1} of at most {disturbance.RETRIES})")
+    return True

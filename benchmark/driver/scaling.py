@@ -18,14 +18,15 @@ from __future__ import annotations
 import http.client
 import os
 
-from . import sample, tools
-from .measure import begin_pass
+from . import disturbance, sample, tools
+from .measure import begin_pass, measured_again
 from .options import FLOOR
 from .servers import Server, server_flags
 from .session import BODY_BYTES, CsvTable, Session, ratio, read
 
 SCHEMA = ("server", "cores", "connection", "delay_us", "repetition", "requests_per_s", "p99_ms", "complete",
-          "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct", "check")
+          "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct",
+          *disturbance.COLUMNS, "check")
 CONNECTIONS = ("keep-alive", "close")  # the `connection` column: how the client uses its connections
 WARM_UP, WARM_UP_S = "1s", 1  # wrk's warm-up of each server started: page faults, thread pools, the accept queue
 
@@ -87,7 +88,7 @@ class Scaling:
     def flags(self, spec: str, k: int, delay: int, loads: list[str]) -> list[str] | None:
         """The server's flags for K cores (nginx: its workers, set in the options it reads)."""
         if spec == "nginx":
-            self.session.options.nginx_workers = str(k)
+            self.session.options.nginx_workers = k
             return None
         flags = server_flags(self.session, spec, threads=str(k), delay_us=str(delay))
         if spec == FLOOR and loads == ["close"]:
@@ -112,7 +113,14 @@ class Scaling:
             for load in loads:
                 self.progress += 1
                 s.say(f"[{self.progress}/{self.total}] {spec} K={k} {load} --delay-us {delay}")
-                self.row(spec, k, load, delay, rep, self.measure(server, spec, k, load))
+                attempt = 0
+                while True:
+                    figures = self.measure(server, spec, k, load)
+                    again = measured_again(s, figures, attempt, server.alive())  # (marks the row first)
+                    self.row(spec, k, load, delay, rep, figures)
+                    if not again:
+                        break
+                    attempt += 1
                 if not server.alive():
                     server.stop()  # (which reaps it: its exit status)
                     s.fail_check(f"{spec} K={k} died (exit status {server.exit})")
@@ -145,7 +153,8 @@ class Scaling:
         s, o = self.session, self.session.options
         cpus = client_cpus(k, s.cpus)
         ticks_before, client_before = sample.cpu_ticks(server.pids), sample.cpu_times(cpus)
-        record = self.wrk(server, k, load, "run", o.duration, o.duration_s)
+        with disturbance.Window(server.pids, o.disturbed_pct) as window:
+            record = self.wrk(server, k, load, "run", o.duration, o.duration_s)
         ticks, client_after = sample.cpu_ticks(server.pids) - ticks_before, sample.cpu_times(cpus)
         f, problems = record.figures, []
         if record.status != 0:
@@ -165,10 +174,11 @@ class Scaling:
                    "server_cpus": ratio(cpu_s, o.duration_s, 2),
                    "rps_per_cpu": ratio(f["complete"], cpu_s, 0),
                    "client_busy_pct": round(sample.busy_percent(client_before, client_after)),
-                   "check": "FAILED: " + ";".join(problems) if problems else "ok"}
+                   "check": "FAILED: " + ";".join(problems) if problems else "ok", **window.result.columns()}
         for line in record.output.split("\n"):
             if "Requests/sec" in line or "Socket errors" in line or "Non-2xx" in line:
                 s.say("  " + line.strip())
         s.say(f"  server: {figures['cpu_us_per_req']} µs CPU per request, {figures['server_cpus']} CPUs busy, "
               f"{figures['rps_per_cpu']} req per CPU second; client CPUs {figures['client_busy_pct']} % busy")
+        s.say(f"  {window.result.sentence()}")
         return figures

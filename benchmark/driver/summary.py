@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .session import BODY_BYTES, FILES, Session, command_output, have, which
 from .scaling import WARM_UP
-from . import analyse
+from . import analyse, disturbance
 
 CONN_PROBES = 100     # --mode connections: new clients timed one after another beside the held connections
 IDLE_WINDOW_S = 5     # --mode connections: how long the server's CPU time is watched while the connections idle
@@ -163,6 +163,8 @@ def header(session: Session, context: Context) -> list[str]:
         wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
     lines.append(f"- Tools: {wrk[2:] if o.mode == 'scaling' else 'ab ' + m['ab_version'] + wrk}")
     lines.append(f"- Before the run: CPUs {context.busy} % busy, load average {context.start_load}")
+    if o.mode != "connections":
+        lines.append(disturbance.describe(o.disturbed_pct, o.retry_disturbed))
     if session.failures:
         lines.append(f"- **Checks: {session.failures} failed** (see the check column and {session.log_file})")
     else:
@@ -172,6 +174,10 @@ def header(session: Session, context: Context) -> list[str]:
 
 def write_summary(session: Session, context: Context) -> None:
     lines = [*header(session, context), "", *tables(session, context.results_dir), ""]
+    passes = disturbance.passes_table(analyse.read_rows(os.path.join(context.results_dir, "raw.csv")))
+    if passes:
+        lines += ["Disturbance (other processes' share of all CPUs during each run, in the order of the run):", "",
+                  *passes, ""]
     if session.warnings:
         lines += ["Warnings:", *(f"- {warning}" for warning in session.warnings), ""]
     lines.append(f"Columns are explained in benchmark/README.md. Full outputs: {session.log_file}.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
+from .measure import MEASURED, Target, begin_pass, measure_run, measured_again, warm_up
 from .servers import Server
 from .session import FILES, CsvTable, Session
 
@@ -142,7 +142,14 @@ class Sweep:
                     runs_left -= 1
                     s.say(f"[{self.progress}/{self.total}] {spec}{' ' + target.file if target.file else ''} c={c}"
                           f"{pass_.label}")
-                    self.row(spec, target, c, rep, measure_run(s, server, spec, c, rep, target, pass_))
+                    attempt = 0
+                    while True:
+                        figures = measure_run(s, server, spec, c, rep, target, pass_)
+                        again = measured_again(s, figures, attempt, server.alive())  # (marks the row first)
+                        self.row(spec, target, c, rep, figures)
+                        if not again:
+                            break
+                        attempt += 1
                     if not server.alive():
                         server.stop()
                         s.error(f"  {spec} died (exit status {server.exit}); skipping its remaining runs in this "
