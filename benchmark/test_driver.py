@@ -407,6 +407,8 @@ class DisturbanceTest(unittest.TestCase):
         table = analyse.knees(rows, 10)
         self.assertTrue(table[0].endswith("| rates not measured (the generator fell behind) |"))
         self.assertEqual(table[2], "| 05-epoll | 300 | 2.0 | 400 | 15.0 | 200 |")
+        lagging = analyse.parse_rows("server,rate,runs,p99_ms,generator_behind_runs,check\n05-epoll,100,1,1.0,1,ok\n")
+        self.assertEqual(analyse.knees(lagging, 10)[2], "| 05-epoll | not measured |  | – | – | 100 |")
 
 
 class HostTest(unittest.TestCase):

@@ -635,7 +635,8 @@ def knees(rows: Rows, target_ms: float) -> list[str]:
     out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |"
            + extra, "|---|---:|---:|---:|---:|" + ("---|" if generator_column else "")]
     for server, (rate, p99, over, over_p99, skipped) in found.items():
-        line = (f"| {cell(server, 'server')} | {rate or 'below the lowest rate'} | {p99} | {over or '–'} | "
+        lowest = "not measured" if skipped and not over else "below the lowest rate"  # (every rate skipped)
+        line = (f"| {cell(server, 'server')} | {rate or lowest} | {p99} | {over or '–'} | "
                 f"{over_p99 or '–'} |")
         out.append(line + (f" {', '.join(skipped) or 'none'} |" if generator_column else ""))
     return out
