@@ -411,6 +411,39 @@ class DisturbanceTest(unittest.TestCase):
         self.assertEqual(analyse.knees(lagging, 10)[2], "| 05-epoll | not measured |  | – | – | 100 |")
 
 
+class CountersCostTest(unittest.TestCase):
+    def note(self, *argv, perf_state="ok", counters=None):
+        session = Session(parse("--no-reference", *argv), "/repo", HERE, perf_state=perf_state)
+        with tempfile.TemporaryDirectory() as results:
+            if counters is not None:
+                with open(os.path.join(results, "counters.csv"), "w", encoding="utf-8") as file:
+                    file.write(counters)
+            return summary.counters_note(session, results)
+
+    def test_the_difference_from_a_recorded_pair(self):
+        pair = ("server,concurrency,counters,requests_per_s,cpu_us_per_req,other_cpu_pct,check\n"
+                "05-epoll,1,perf stat,797.3,80,2.5,ok\n05-epoll,1,none,801.2,60,1,ok\n")
+        note = self.note("05", counters=pair)
+        self.assertTrue(note.startswith("- Counters cost: 05-epoll at c=1, the same run with perf stat -p"), note)
+        self.assertIn("CPU 80 µs/req with perf stat counting, 60 without (+33 %); 797 and 801 req/s", note)
+        self.assertNotIn("disturbed", note)
+        busy = pair.replace(",1,ok", ",40,ok")
+        self.assertIn("took 2.5 and 40 % of the CPUs during the two: disturbed", self.note("05", counters=busy))
+
+    def test_why_there_is_nothing_to_state(self):
+        self.assertIn("no per-request counters ran (n/a (--no-perf))", self.note("05", perf_state="n/a (--no-perf)"))
+        self.assertIn("this mode runs no per-request counters", self.note("--mode", "latency", "05"))
+        header_only = ",".join(measure.COUNTERS_SCHEMA) + "\\n"
+        self.assertIn("not measured in this run", self.note("05", counters=header_only))
+
+    def test_no_probe_without_perf(self):
+        session = Session(parse("--no-reference", "05"), "/repo", HERE, perf_state="n/a (perf missing)")
+        with mock.patch.object(measure, "measure_run") as run:
+            measure.counters_cost(session, None, "05-epoll", 1, measure.Target(), None,
+                                  {"syscalls_per_req": "n/a (perf missing)"}, None)
+        run.assert_not_called()
+
+
 class HostTest(unittest.TestCase):
     def fake_proc_sys(self, scratch: str, values: dict[str, int]) -> None:
         for key, value in values.items():

@@ -8,8 +8,11 @@ rows that say so, and no failed check: that is its limit, not a fault.
 
 from __future__ import annotations
 
+import os
+
 from .environment import client_binary
-from .measure import MEASURED, Target, begin_pass, measure_run, measured_again, warm_up
+from .measure import (COUNTERS_SCHEMA, MEASURED, Target, begin_pass, counters_cost, measure_run, measured_again,
+                      warm_up)
 from .servers import Server
 from .session import CsvTable, Session, first_line
 from .tools import IdleHolder
@@ -57,6 +60,8 @@ class Idle:
     def __init__(self, session: Session, raw_csv: str):
         self.session, o = session, session.options
         self.table = CsvTable(raw_csv, SCHEMA)
+        self.counters = CsvTable(os.path.join(os.path.dirname(raw_csv), "counters.csv"), COUNTERS_SCHEMA)
+        self.counters_probed = False  # (once per run: the first run of the first server that perf counted)
         self.progress = 0
         self.total = len(o.servers) * len(o.idle_counts) * 2 * len(o.concurrencies) * int(o.repeat)
 
@@ -107,6 +112,9 @@ class Idle:
                                     self.row(spec, n, keepalive, c, rep, figures)  # (marked measured again)
                                     attempt += 1
                                     figures = measure_run(s, server, spec, c, rep, Target(), pass_, idle=f"{n}")
+                                if not self.counters_probed and server.alive():
+                                    self.counters_probed = True
+                                    counters_cost(s, server, spec, c, Target(), pass_, figures, self.counters)
                             self.row(spec, n, keepalive, c, rep, figures)
                     o.keepalive = False
                     if holder:

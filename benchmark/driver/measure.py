@@ -22,6 +22,11 @@ MEASURED = ("requests_per_s", "mean_ms", "p99_ms", "complete", "failed", "non2xx
             *disturbance.COLUMNS, "check")
 
 
+NO_COUNTERS = "n/a (counters cost: run without perf)"  # the syscalls column of counters.csv's run without perf
+COUNTERS_SCHEMA = ("server", "concurrency", "counters", "requests_per_s", "cpu_us_per_req", "other_cpu_pct",
+                   "check")  # counters.csv: the same run with perf stat counting and without (counters_cost)
+
+
 @dataclass
 class Target:
     """What is requested: the URL path, the body length every answer must have, and (--mode files) the file's
@@ -110,10 +115,12 @@ def warm_up(session: Session, server: Server, spec: str, target: Target, pass_: 
 
 
 def measure_run(session: Session, server: Server, spec: str, c: int, rep: int, target: Target, pass_: Pass,
-                idle: str = "") -> dict:
+                idle: str = "", counters: bool = True) -> dict:
     """One measured run at concurrency C: the MEASURED figures (and bytes_per_req, mib_per_s for files)."""
     o = session.options
     what = spec + (f" {target.file}" if target.file else "") + (f" beside {idle} idle" if idle else "") + f" c={c}"
+    if not counters:
+        what += " without perf (counters cost)"
     if o.tool == "ab":
         command = tools.ab_command(url(server, target), c, o.requests, o.keepalive)
         limit = 60 + o.requests // 50
@@ -127,7 +134,7 @@ def measure_run(session: Session, server: Server, spec: str, c: int, rep: int, t
     session.log_header(f"{what} run {rep}/{o.repeat}", " ".join(command), server.command, pass_.pinned)
     # perf stat -p opens a counter per event and thread: 02 beside 10,000 idle connections has 10,000 threads,
     # more counters than this process may open. Then this run goes without perf, and its columns say why.
-    run_perf = session.perf_state
+    run_perf = session.perf_state if counters else NO_COUNTERS
     if run_perf == "ok" and (sample.status_sum(server.pids, "Threads:") * 3 + c + 64 >
                              resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
         run_perf = "n/a (too many threads for perf)"
@@ -207,3 +214,17 @@ def measured_again(session: Session, figures: dict, attempt: int, alive: bool) -
     figures["disturbed"] = disturbance.SUPERSEDED
     session.say(f"  disturbed: measuring this run again ({attempt + 1} of at most {disturbance.RETRIES})")
     return True
+
+
+def counters_cost(session: Session, server: Server, spec: str, c: int, target: Target, pass_: Pass,
+                  counted: dict, table) -> None:
+    """What the per-request counters cost: right after a run that perf counted (COUNTED, its figures), the same
+    run once more without perf. Both go to counters.csv (TABLE), never to raw.csv; summary.md states the
+    difference. Only where perf counts: without it there is nothing to compare."""
+    if session.perf_state != "ok" or not isinstance(counted.get("syscalls_per_req"), float):
+        return
+    session.say(f"  counters cost: {spec} c={c} once more without perf stat")
+    bare = measure_run(session, server, spec, c, 0, target, pass_, counters=False)
+    for label, figures in (("perf stat", counted), ("none", bare)):
+        table.add({"server": spec, "concurrency": c, "counters": label,
+                   **{name: figures[name] for name in COUNTERS_SCHEMA[3:]}})

@@ -165,11 +165,44 @@ def header(session: Session, context: Context) -> list[str]:
     lines.append(f"- Before the run: CPUs {context.busy} % busy, load average {context.start_load}")
     if o.mode != "connections":
         lines.append(disturbance.describe(o.disturbed_pct, o.retry_disturbed))
+    lines.append(counters_note(session, context.results_dir))
     if session.failures:
         lines.append(f"- **Checks: {session.failures} failed** (see the check column and {session.log_file})")
     else:
         lines.append("- Checks: all passed")
     return lines
+
+
+def counters_note(session: Session, results_dir: str) -> str:
+    """What the per-request counters (perf stat -p around the load tool) cost, from counters.csv: the same run with
+    them and without, back to back (measure.counters_cost); or why there is nothing to compare."""
+    o = session.options
+    if o.mode in ("latency", "scaling", "connections"):
+        return ("- Counters cost: none to state: this mode runs no per-request counters (the server's CPU time is "
+                "read from /proc before and after each run)")
+    if session.perf_state != "ok":
+        return (f"- Counters cost: none to state: no per-request counters ran ({session.perf_state}); CPU from "
+                "/proc only")
+    path = os.path.join(results_dir, "counters.csv")
+    rows = analyse.records(analyse.read_rows(path)) if os.path.isfile(path) else []
+    pair = {row["counters"]: row for row in rows}
+    if set(pair) != {"perf stat", "none"}:
+        return "- Counters cost: not measured in this run (the first server's first run did not complete with perf)"
+    counted, bare = pair["perf stat"], pair["none"]
+    cpu_with, cpu_without = analyse.number(counted["cpu_us_per_req"]), analyse.number(bare["cpu_us_per_req"])
+    rps_with, rps_without = analyse.number(counted["requests_per_s"]), analyse.number(bare["requests_per_s"])
+    change = analyse.ratio((cpu_with or 0) - (cpu_without or 0), cpu_without, 3)
+    cpu = (f"CPU {counted['cpu_us_per_req']} µs/req with perf stat counting, {bare['cpu_us_per_req']} without"
+           + (f" ({change * 100:+.0f} %)" if change is not None else ""))
+    rps = f"{rps_with:.0f} and {rps_without:.0f} req/s" if rps_with and rps_without else "req/s not measured"
+    others = [analyse.number(row["other_cpu_pct"]) for row in (counted, bare)]
+    caveat = ""
+    if any(other is not None and other > o.disturbed_pct for other in others):
+        caveat = (f"; other processes took {counted['other_cpu_pct']} and {bare['other_cpu_pct']} % of the CPUs "
+                  "during the two: disturbed")
+    return (f"- Counters cost: {counted['server']} at c={counted['concurrency']}, the same run with perf stat -p "
+            f"counting syscalls and context switches and without, back to back: {cpu}; {rps} (counters.csv; one "
+            f"pair of runs, as noisy as any single run{caveat}). The CPU µs/req column above includes that cost")
 
 
 def write_summary(session: Session, context: Context) -> None:

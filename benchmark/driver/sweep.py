@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .measure import MEASURED, Target, begin_pass, measure_run, measured_again, warm_up
+from .measure import (COUNTERS_SCHEMA, MEASURED, Target, begin_pass, counters_cost, measure_run, measured_again,
+                      warm_up)
 from .servers import Server
 from .session import FILES, CsvTable, Session
 
@@ -81,6 +82,8 @@ class Sweep:
         self.session, o = session, session.options
         self.targets = targets(o.mode)
         self.table = CsvTable(raw_csv, schema(o.mode))
+        self.counters = CsvTable(os.path.join(os.path.dirname(raw_csv), "counters.csv"), COUNTERS_SCHEMA)
+        self.counters_probed = False  # (once per run: the first run of the first server that perf counted)
         self.progress = 0
         self.total = len(o.servers) * len(self.targets) * len(o.concurrencies) * int(o.repeat)
 
@@ -150,6 +153,9 @@ class Sweep:
                         if not again:
                             break
                         attempt += 1
+                    if not self.counters_probed and server.alive():
+                        self.counters_probed = True
+                        counters_cost(s, server, spec, c, target, pass_, figures, self.counters)
                     if not server.alive():
                         server.stop()
                         s.error(f"  {spec} died (exit status {server.exit}); skipping its remaining runs in this "
