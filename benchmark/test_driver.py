@@ -433,7 +433,7 @@ class CountersCostTest(unittest.TestCase):
     def test_why_there_is_nothing_to_state(self):
         self.assertIn("no per-request counters ran (n/a (--no-perf))", self.note("05", perf_state="n/a (--no-perf)"))
         self.assertIn("this mode runs no per-request counters", self.note("--mode", "latency", "05"))
-        header_only = ",".join(measure.COUNTERS_SCHEMA) + "\\n"
+        header_only = ",".join(measure.COUNTERS_SCHEMA) + "\n"
         self.assertIn("not measured in this run", self.note("05", counters=header_only))
 
     def test_no_probe_without_perf(self):
