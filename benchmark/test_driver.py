@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from driver import (analyse, connections, disturbance, environment, idle, latency, main, measure,  # noqa: E402
-                    options, scaling, servers, summary, sweep, tools)
+                    options, sample, scaling, servers, summary, sweep, tools)
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
@@ -233,13 +233,12 @@ class SchemaTest(unittest.TestCase):
                     continue
                 with open(raw, encoding="utf-8", newline="") as file:
                     text = file.read()
-                lines = text.rstrip("\n").split("\n")
-                fields = next((tuple(f.split(",")) for f in BEFORE.values() if f == lines[0]), None)
-                if fields is None:
+                rows = analyse.parse_rows(text)
+                if ",".join(rows[0]) not in BEFORE.values():
                     continue  # an older layout, from before a column was added
-                copy = CsvTable(os.path.join(scratch, run + ".csv"), fields)
-                for line in lines[1:]:
-                    copy.add(dict(zip(fields, line.split(","))))
+                copy = CsvTable(os.path.join(scratch, run + ".csv"), tuple(rows[0]))
+                for row in rows[1:]:
+                    copy.add(dict(zip(rows[0], row)))
                 with open(copy.path, encoding="utf-8", newline="") as file:
                     self.assertEqual(file.read(), text, run)
                 checked += 1
@@ -326,6 +325,19 @@ class ToolsTest(unittest.TestCase):
 # driver with its waited-for client 0.3 s (30 ticks); 4 ticks of steal.
 STAT_BEFORE = "cpu  1000 0 500 8000 100 0 50 10 0 0\ncpu0 500 0 250 4000 50 0 25 5 0 0\n"
 STAT_AFTER = "cpu  1100 0 540 8044 102 0 60 14 0 0\ncpu0 550 0 270 4020 51 0 30 7 0 0\n"
+
+
+class PerfCountTest(unittest.TestCase):
+    def test_read_with_the_csv_module(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "perf.txt")
+            with open(path, "w", encoding="ascii") as file:
+                file.write("# started on Sun Nov 29\n\n1234.56,msec,task-clock,1234560,100.00,0.5,CPUs utilized\n"
+                           "2600,,context-switches,1234560,100.00,2.106,K/sec\n"
+                           "<not counted>,,raw_syscalls:sys_enter,0,0.00,,\n")
+            self.assertEqual(sample.perf_count(path, "context-switches"), 2600)
+            self.assertIsNone(sample.perf_count(path, "raw_syscalls:sys_enter"))
+            self.assertIsNone(sample.perf_count(path, "cycles"))
 
 
 class DisturbanceTest(unittest.TestCase):
