@@ -280,13 +280,16 @@ class ToolsTest(unittest.TestCase):
     def test_openloop_and_idle_conns_lines(self):
         line = testdata("openloop-05.out").strip().split("\n")[-1]
         figures = tools.key_values(line)
-        self.assertEqual((figures["scheduled"], figures["completed"], figures["fell_behind"]), ("200", "200", "0"))
+        self.assertEqual((figures["scheduled"], figures["completed"], figures["fell_behind"]), (200, 200, 0))
+        self.assertIsInstance(figures["p99_ms"], float)
         for key in latency.FROM_OPENLOOP.values():
             self.assertIn(key, figures)
         holding, final = testdata("idle_conns-hold.out").strip().split("\n")
         self.assertTrue(holding.startswith("holding "))
-        self.assertEqual(tools.key_values(holding[len("holding "):])["held"], "50")
+        self.assertEqual(tools.key_values(holding[len("holding "):])["held"], 50)
         final = tools.key_values(final)
+        self.assertEqual(tools.key_values("a=000 b=n/a c=refused d=-3 e=1.50"),
+                         {"a": 0, "b": None, "c": "refused", "d": -3, "e": 1.5})
         for key in (*connections.FROM_HOLDER, *connections.PROBES, "server_alive"):
             self.assertIn(key, final)
 

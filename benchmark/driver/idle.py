@@ -31,10 +31,10 @@ def hold_idle(session: Session, server: Server, spec: str, holder: IdleHolder) -
     h = holder.held
     session.say(f"  holding {h['held']} of {n} idle connections (refused {h['refused']}, closed {h['closed']}, "
                 f"unanswered {h['blocked']}; set up in {h['setup_s']} s); a new client: {h['probe']}")
-    if int(h["held"]) < n:
+    if h["held"] < n:
         return (f"it held {h['held']} of {n} idle connections (refused {h['refused']}, closed {h['closed']}, "
                 f"unanswered {h['blocked']})")
-    if h["probe"] != "200":
+    if h["probe"] != 200:
         return f"a new client got no answer beside {n} idle connections"
     return ""
 
@@ -49,10 +49,10 @@ def release_idle(session: Session, spec: str, holder: IdleHolder) -> None:
     if "dropped" not in final:
         session.fail_check(f"{spec} beside {n} idle: idle_conns did not finish: {first_line(holder.err)}")
         return
-    if int(final["dropped"]) != 0:
+    if final["dropped"] != 0:
         session.fail_check(f"{spec} beside {n} idle: it closed {final['dropped']} of the held connections during "
                            "the runs")
-    if final.get("after_status") != "200":
+    if final.get("after_status") != 200:
         session.fail_check(f"{spec} beside {n} idle: no answer to a new client after the connections were released")
 
 

@@ -149,14 +149,14 @@ class Latency:
         # Past its capacity a server may time out, drop or refuse requests (04 answers 503 when its queue is full):
         # that is what this mode shows, counted in the failures column, not a failed check. A refusal at or below
         # the capacity is one, as are a wrong body, a dead server and a generator that failed.
-        if record.status != 0 or not r.get("completed"):
+        if record.status != 0 or "completed" not in r:
             problems.append(f"openloop failed (status {record.status}): {read(err).split(chr(10), 1)[0]}")
         else:
-            if int(r["bad_status"]) > 0 and rate <= self.capacity_of.get(spec, 0):
+            if r["bad_status"] > 0 and rate <= self.capacity_of.get(spec, 0):
                 problems.append(f"{r['bad_status']} answers were not 200, at or below the capacity")
-            if int(r["bad_length"]) != 0:
+            if r["bad_length"] != 0:
                 problems.append(f"{r['bad_length']} answers had a body other than {BODY_BYTES} bytes")
-            if int(r["fell_behind"]):
+            if r["fell_behind"]:
                 s.warn(f"{spec} at {rate} req/s: openloop fell behind its schedule (its own lag p99 "
                        f"{r['gen_lag_p99_ms']} ms; on a CPU {r['gen_cpu_pct']} % of the run, waiting for one "
                        f"{r['gen_wait_pct']} %): the latencies there include the generator's lateness")
@@ -174,8 +174,8 @@ class Latency:
         lag = number(r.get("gen_lag_p99_ms"))
         behind = count(r.get("fell_behind")) or (lag is not None and lag > GEN_LAG_BOUND_MS)
         row["generator"] = None if lag is None else ("behind" if behind else "ok")
-        if r.get("completed"):
-            row["failed"] = int(r["scheduled"]) - int(r["completed"])  # errors, timeouts, unsent; refused: non2xx
+        if "completed" in r:
+            row["failed"] = r["scheduled"] - r["completed"]  # errors, timeouts, unsent; refused: non2xx
             row["cpu_us_per_req"] = ratio((cpu_after - cpu_before) * 1000000 // sample.TICKS_PER_S, r["completed"],
                                           1)
         if spec in self.capacity_of:

@@ -9,6 +9,7 @@ reaches the whole chain (perf, taskset, ab): past its time limit run_client send
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -101,9 +102,20 @@ def perf_wrap(pids: list[int], perf_txt: str) -> list[str]:
     return ["perf", "stat", "-x", ",", "-e", PERF_EVENTS, "-p", ",".join(map(str, pids)), "-o", perf_txt, "--"]
 
 
-def key_values(line: str) -> dict[str, str]:
-    """`a=1 b=2` -> {"a": "1", "b": "2"} (the lines openloop and idle_conns print)."""
-    return {word.split("=", 1)[0]: word.split("=", 1)[1] for word in line.split() if "=" in word}
+def typed_value(text: str):
+    """One value of such a line: an int ("200", "000"), a float ("1.286"), None for "n/a", else the text."""
+    if text == "n/a":
+        return None
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    figure = analyse.number(text)
+    return text if figure is None else figure
+
+
+def key_values(line: str) -> dict:
+    """`a=1 b=2.5 c=n/a d=refused` -> {"a": 1, "b": 2.5, "c": None, "d": "refused"} (the lines openloop and
+    idle_conns print), each value typed by typed_value."""
+    return {word.split("=", 1)[0]: typed_value(word.split("=", 1)[1]) for word in line.split() if "=" in word}
 
 
 def openloop(binary: str, port: int, rate: int, seconds: int, connections: int, keepalive: bool, prefix: list[str],
