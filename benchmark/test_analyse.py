@@ -1,9 +1,9 @@
-"""Unit tests of analyse.py: python3 -m unittest -v test_analyse (from benchmark/; CTest: benchmark_analyser).
+"""Unit tests of driver/analyse.py: python3 -m unittest -v test_analyse (from benchmark/; CTest: benchmark_analyser).
 
 The parsing tests read real ab and wrk outputs from testdata/ (its README.md says where each comes from). The
-last tests run the analyser over the committed folders of benchmark/results/ and require the very bytes of their
-summary.csv, of the table rows of their summary.md and of their plot.dat: the awk that analyse.py replaced made
-them, and the numbers must not move when the code that computes them does.
+last tests run the analyser over the committed folders of benchmark/results/: their raw.csv must summarize to the
+figures of their summary.csv (written today in plainer numbers: 1 where the old awk wrote 1.00), and their
+summary.csv must give the very table rows of their summary.md and their plot.dat. Old summaries are not rewritten.
 """
 
 import os
@@ -467,7 +467,7 @@ class KneeTest(unittest.TestCase):
         self.assertEqual(rows[4], "| nginx (reference) | below the lowest rate |  | 2000 | n/a |")
 
 
-# ---- The committed results: the same bytes as the awk made -------------------------------------------------------
+# ---- The committed results still read ----------------------------------------------------------------------------
 
 # The committed folders of benchmark/results/, by what is compared. (The folder also holds a learner's own runs,
 # which git ignores: only these are compared.) Each was first checked against the awk that analyse.py replaced,
