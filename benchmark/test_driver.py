@@ -387,9 +387,21 @@ class DisturbanceTest(unittest.TestCase):
             runs = latency.Latency(session, os.path.join(scratch, "raw.csv"))
             row = {"generator": "behind", "disturbed": "no"}
             self.assertTrue(runs.measure_again(row, 0, True))
-            self.assertEqual(row["disturbed"], "measured again")
             self.assertFalse(runs.measure_again({"generator": "behind", "disturbed": "no"}, 2, True))
             self.assertFalse(runs.measure_again({"generator": "ok", "disturbed": "yes"}, 0, True))  # not asked
+
+    def test_latency_keeps_the_quietest_attempt(self):
+        # The run recorded above at 300 req/s: ok but disturbed, ok but disturbed, then the generator lagged.
+        attempts = [{"generator": "ok", "other_cpu_pct": 52.5, "steal_pct": 0, "disturbed": "yes"},
+                    {"generator": "ok", "other_cpu_pct": 56.6, "steal_pct": 0, "disturbed": "yes"},
+                    {"generator": "behind", "other_cpu_pct": 58.5, "steal_pct": 0, "disturbed": "yes"}]
+        self.assertEqual([row["disturbed"] for row in latency.keep_quietest(attempts)],
+                         ["yes", "measured again", "measured again"])
+        lagging = [{"generator": "behind", "other_cpu_pct": 90.0, "steal_pct": 0.2, "disturbed": "yes"},
+                   {"generator": "behind", "other_cpu_pct": 84.6, "steal_pct": 0, "disturbed": "yes"}]
+        self.assertEqual([row["disturbed"] for row in latency.keep_quietest(lagging)], ["measured again", "yes"])
+        one = [{"generator": "ok", "other_cpu_pct": 1.0, "steal_pct": 0, "disturbed": "no"}]
+        self.assertEqual(latency.keep_quietest(one)[0]["disturbed"], "no")
 
     def test_summary_leaves_out_runs_measured_again_and_counts_the_disturbed(self):
         rows = analyse.parse_rows(

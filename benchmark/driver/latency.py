@@ -40,6 +40,21 @@ def offered_rates(rps: float, rates: list[int]) -> list[int]:
     return [max(10, int(float(rps) * fraction / 10 + 0.5) * 10) for fraction in FRACTIONS]
 
 
+def keep_quietest(attempts: list[dict]) -> list[dict]:
+    """The runs of one rate, in order, all but one marked "measured again" (left out of the summary and the knee):
+    the one kept is the first at which the generator kept its schedule and other processes took the least, so that
+    one bad second of the machine does not set the knee; when the generator lagged in every one, the least
+    disturbed of them (its row says so)."""
+    def noise(row: dict) -> tuple:
+        other = (row.get("other_cpu_pct") or 0) + (row.get("steal_pct") or 0)
+        return (row.get("generator") == "behind", other)
+    kept = min(range(len(attempts)), key=lambda index: noise(attempts[index]))
+    for index, row in enumerate(attempts):
+        if index != kept:
+            row["disturbed"] = disturbance.SUPERSEDED
+    return attempts
+
+
 class Latency:
     def __init__(self, session: Session, raw_csv: str):
         self.session, o = session, session.options
@@ -78,15 +93,12 @@ class Latency:
             for rate in self.rates_of[spec]:
                 self.progress += 1
                 s.say(f"[{self.progress}/{self.total}] {spec} at {rate} req/s{pass_.label}")
-                attempt = 0
-                while True:
-                    row = self.latency_run(server, spec, rate, rep, c, pass_)
-                    again = self.measure_again(row, attempt, server.alive())  # (marks the row first)
-                    self.table.add(row)
-                    if not again:
-                        break
-                    attempt += 1
+                attempts = [self.latency_run(server, spec, rate, rep, c, pass_)]
+                while self.measure_again(attempts[-1], len(attempts) - 1, server.alive()):
                     time.sleep(1)
+                    attempts.append(self.latency_run(server, spec, rate, rep, c, pass_))
+                for row in keep_quietest(attempts):
+                    self.table.add(row)
                 if not server.alive():
                     s.error(f"  {spec} died; skipping its remaining rates in this pass")
                     break
@@ -115,14 +127,13 @@ class Latency:
 
     def measure_again(self, row: dict, attempt: int, alive: bool) -> bool:
         """Whether this rate is measured once more: the generator fell behind (always), or other processes
-        disturbed the run (with --retry-disturbed); at most disturbance.RETRIES times. The row is then marked
-        "measured again", which the summary and the knee leave out."""
+        disturbed the run (with --retry-disturbed); at most disturbance.RETRIES times (keep_quietest then picks
+        the row that counts)."""
         s = self.session
         lagged = row["generator"] == "behind"
         disturbed = row["disturbed"] == "yes" and attempt < disturbance.retries(s.options)
         if not alive or attempt >= disturbance.RETRIES or not (lagged or disturbed):
             return False
-        row["disturbed"] = disturbance.SUPERSEDED
         why = "the load generator fell behind" if lagged else "other processes disturbed it"
         s.say(f"  {why}: measuring this rate again ({attempt + 1} of at most {disturbance.RETRIES})")
         return True
