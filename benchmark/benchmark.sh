@@ -24,7 +24,7 @@
 #   sweep.py        the default mode and --mode files;  idle.py, latency.py, connections.py: the other modes,
 #                   each with the schema its raw.csv is written from
 #   summary.py      summary.csv, summary.md, the plot and fingerprints.json in benchmark/results/DATE/
-# The numbers (parsing, medians, tables, plots) are analyse.py's. Tests: test_driver.py, test_analyse.py.
+# The numbers (parsing, medians, tables, plots) are driver/analyse.py's. Tests: test_driver.py, test_analyse.py.
 #
 # Exit status: 0 when every check passed; 1 when a check failed, a server did not start or a tool is missing;
 # 2 on a bad option; 130 when interrupted. Nothing is left running, even on Ctrl-C or an error.

@@ -64,7 +64,7 @@ for program in wrk nginx taskset; do
 done
 
 echo "copying the driver into $out/benchmark"
-cp -r "$here/driver" "$here/analyse.py" "$here/kernel_memory.py" "$here/wrk_done.lua" "$here/benchmark.sh" \
+cp -r "$here/driver" "$here/kernel_memory.py" "$here/wrk_done.lua" "$here/benchmark.sh" \
   "$out/benchmark/"
 find "$out/benchmark" -name __pycache__ -prune -exec rm -rf {} +
 commit=$(git -C "$repo" rev-parse --short HEAD)

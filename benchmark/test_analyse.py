@@ -1,9 +1,9 @@
-"""Unit tests of analyse.py: python3 -m unittest -v test_analyse (from benchmark/; CTest: benchmark_analyser).
+"""Unit tests of driver/analyse.py: python3 -m unittest -v test_analyse (from benchmark/; CTest: benchmark_analyser).
 
 The parsing tests read real ab and wrk outputs from testdata/ (its README.md says where each comes from). The
-last tests run the analyser over the committed folders of benchmark/results/ and require the very bytes of their
-summary.csv, of the table rows of their summary.md and of their plot.dat: the awk that analyse.py replaced made
-them, and the numbers must not move when the code that computes them does.
+last tests run the analyser over the committed folders of benchmark/results/: their raw.csv must summarize to the
+figures of their summary.csv (written today in plainer numbers: 1 where the old awk wrote 1.00), and their
+summary.csv must give the very table rows of their summary.md and their plot.dat. Old summaries are not rewritten.
 """
 
 import os
@@ -13,7 +13,7 @@ import tempfile
 import unittest
 from unittest import mock
 
-import analyse
+from driver import analyse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTDATA = os.path.join(HERE, "testdata")
@@ -25,34 +25,47 @@ def sample(name):
 
 
 def csv_lines(text):
-    """A CSV written in a test as an indented block -> its lines."""
-    return [line.strip() for line in text.strip().split("\n")]
+    """A CSV written in a test as an indented block -> its rows."""
+    return analyse.parse_rows("\n".join(line.strip() for line in text.strip().split("\n")))
+
+
+def text_lines(rows):
+    """Rows -> the lines of their CSV text (as summary.csv holds them)."""
+    return analyse.csv_text(rows).rstrip("\n").split("\n")
 
 
 # ---- Numbers ---------------------------------------------------------------------------------------------------
 
 
-class AwkNumbersTest(unittest.TestCase):
-    def test_a_value_is_read_as_awk_reads_it(self):
-        self.assertEqual(analyse.awk_number("1.293"), 1.293)
-        self.assertEqual(analyse.awk_number("12 ms"), 12)  # the leading number
-        self.assertEqual(analyse.awk_number("n/a"), 0)
-        self.assertEqual(analyse.awk_number(""), 0)
+class NumbersTest(unittest.TestCase):
+    def test_a_cell_is_a_figure_or_none(self):
+        self.assertEqual(analyse.number("1.293"), 1.293)
+        self.assertEqual(analyse.number(12), 12.0)
+        for text in ("12 ms", "n/a", "n/a (perf missing)", "", None, "nan"):
+            self.assertIsNone(analyse.number(text), text)
 
-    def test_only_plain_numbers_compare_as_numbers(self):
-        self.assertTrue(analyse.is_number("12.5"))
-        self.assertTrue(analyse.is_number(3.0))
-        self.assertFalse(analyse.is_number("12 ms"))
-        self.assertFalse(analyse.is_number("n/a"))
-        self.assertFalse(analyse.is_number(""))
+    def test_a_number_is_written_plainly(self):
+        self.assertEqual(analyse.number_text(3112.0), "3112")          # whole: no decimals
+        self.assertEqual(analyse.number_text(1.294), "1.294")
+        self.assertEqual(analyse.number_text(1048900.0), "1048900")    # never 1.0489e+06
+        self.assertEqual(analyse.number_text(1048900.5), "1048900.5")
+        self.assertEqual(analyse.number_text(1 / 3), "0.333333")       # 6 decimals at most
+        self.assertEqual(analyse.cell_text(None), "n/a")
+        self.assertEqual(analyse.cell_text("n/a (perf missing)"), "n/a (perf missing)")
 
-    def test_a_number_is_written_as_awk_writes_it(self):
-        self.assertEqual(analyse.awk_text(3112.0), "3112")          # whole: no decimals
-        self.assertEqual(analyse.awk_text(1.294), "1.294")          # %.10g: no trailing zeros
-        self.assertEqual(analyse.awk_text(1048900.0), "1048900")    # never 1.0489e+06
-        self.assertEqual(analyse.awk_text(8985.3), "8985.3")
-        self.assertEqual(analyse.awk_text(1 / 3), "0.3333333333")
-        self.assertEqual(analyse.awk_text("3.00"), "3.00")          # text stays as it is
+    def test_ratio(self):
+        self.assertEqual(analyse.ratio(3, 2), 1.5)
+        self.assertEqual(analyse.ratio(1000000, "3", 1), 333333.3)
+        self.assertIsNone(analyse.ratio(None, 2))
+        self.assertIsNone(analyse.ratio(5, "n/a"))
+        self.assertIsNone(analyse.ratio(5, 0))
+        self.assertIsNone(analyse.ratio("", 4))
+
+    def test_csv_both_ways_with_ordinary_quoting(self):
+        rows = [["server", "check"], ["05-epoll", "FAILED: Failed requests: 2, Non-2xx: 1"], ["nginx", 'a "b"']]
+        text = analyse.csv_text(rows)
+        self.assertEqual(text, 'server,check\n05-epoll,"FAILED: Failed requests: 2, Non-2xx: 1"\nnginx,"a ""b"""\n')
+        self.assertEqual(analyse.parse_rows(text), rows)
 
 
 # ---- parse -----------------------------------------------------------------------------------------------------
@@ -63,47 +76,47 @@ class ParseAbTest(unittest.TestCase):
 
     def test_without_keepalive(self):
         self.assertEqual(analyse.parse_ab(sample("ab-nginx-c10.out")), {
-            "complete": "10000", "failed": "0", "non2xx": "0", "rps": "11862.96", "mean_ms": "0.843",
-            "p99_ms": "n/a", "doc_length": "1024", "bytes_read": "n/a", "mib_per_s": "n/a"})  # no -e file
+            "complete": 10000, "failed": 0, "non2xx": 0, "rps": 11862.96, "mean_ms": 0.843,
+            "p99_ms": None, "doc_length": 1024, "bytes_read": None, "mib_per_s": None})  # no -e file
 
     def test_with_keepalive(self):
         figures = analyse.parse_ab(sample("ab-keepalive-warmup.out"))
         self.assertEqual((figures["complete"], figures["failed"], figures["rps"], figures["mean_ms"]),
-                         ("1000", "0", "51912.99", "0.019"))  # "Keep-Alive requests:" is not "Complete requests:"
+                         (1000, 0, 51912.99, 0.019))  # "Keep-Alive requests:" is not "Complete requests:"
 
     def test_p99_comes_from_the_percentile_file(self):
         figures = analyse.parse_ab(sample("ab-05-c10.out"), sample("ab-05-c10.percentiles.csv"))
-        self.assertEqual(figures["p99_ms"], "1.337")  # where ab's own table says "99%      1"
-        self.assertEqual((figures["complete"], figures["rps"], figures["mean_ms"]), ("2000", "13973.21", "0.716"))
+        self.assertEqual(figures["p99_ms"], 1.337)  # where ab's own table says "99%      1"
+        self.assertEqual((figures["complete"], figures["rps"], figures["mean_ms"]), (2000, 13973.21, 0.716))
 
     def test_a_failed_run(self):
         figures = analyse.parse_ab(sample("ab-failed.out"), sample("ab-failed.percentiles.csv"))
         self.assertEqual(figures, {
-            "complete": "300", "failed": "60", "non2xx": "100", "rps": "2101.55", "mean_ms": "1.428",
-            "p99_ms": "3.672", "doc_length": "1024", "bytes_read": "n/a", "mib_per_s": "n/a"})
+            "complete": 300, "failed": 60, "non2xx": 100, "rps": 2101.55, "mean_ms": 1.428,
+            "p99_ms": 3.672, "doc_length": 1024, "bytes_read": None, "mib_per_s": None})
 
     def test_no_output(self):
         # ab did not run: nothing complete, failed unknown (the check fails), no Document Length at all.
         self.assertEqual(analyse.parse_ab("apr_socket_connect(): Connection refused (111)\n"), {
-            "complete": "0", "failed": "n/a", "non2xx": "0", "rps": "n/a", "mean_ms": "n/a", "p99_ms": "n/a",
-            "doc_length": "", "bytes_read": "n/a", "mib_per_s": "n/a"})
+            "complete": 0, "failed": None, "non2xx": 0, "rps": None, "mean_ms": None, "p99_ms": None,
+            "doc_length": None, "bytes_read": None, "mib_per_s": None})
 
 
 class ParseWrkTest(unittest.TestCase):
     def test_the_lua_line(self):
         self.assertEqual(analyse.parse_wrk(sample("wrk-05-c10.out")), {
-            "complete": "89489", "failed": "0", "non2xx": "0", "rps": "89442.58", "mean_ms": "0.122",
-            "p99_ms": "1.129", "doc_length": "n/a", "bytes_read": "104254685", "mib_per_s": "99.4"})
+            "complete": 89489, "failed": 0, "non2xx": 0, "rps": 89442.58, "mean_ms": 0.122,
+            "p99_ms": 1.129, "doc_length": None, "bytes_read": 104254685, "mib_per_s": 99.4})
 
     def test_socket_errors_and_non2xx(self):
         figures = analyse.parse_wrk(sample("wrk-errors.out"))
-        self.assertEqual((figures["complete"], figures["failed"], figures["non2xx"]), ("126", "21", "41"))
-        self.assertEqual((figures["mean_ms"], figures["p99_ms"]), ("87.925", "344.041"))
+        self.assertEqual((figures["complete"], figures["failed"], figures["non2xx"]), (126, 21, 41))
+        self.assertEqual((figures["mean_ms"], figures["p99_ms"]), (87.925, 344.041))
 
     def test_the_lua_line_agrees_with_wrks_own_summary(self):
         # The same numbers as wrk's human summary, to its rounding: req/s exactly, latencies to 0.01 of a unit.
-        for name, human in (("wrk-05-c10.out", ("89489", "89442.58", "0.12201", "1.13", "0", "0")),
-                            ("wrk-errors.out", ("126", "62.94", "87.93", "344.04", "21", "41"))):
+        for name, human in (("wrk-05-c10.out", (89489, 89442.58, "0.12201", "1.13", 0, 0)),
+                            ("wrk-errors.out", (126, 62.94, "87.93", "344.04", 21, 41))):
             figures = analyse.parse_wrk(sample(name))
             complete, rps, mean_ms, p99_ms, failed, non2xx = human
             self.assertEqual((figures["complete"], figures["rps"]), (complete, rps), name)
@@ -122,12 +135,12 @@ class ParseWrkTest(unittest.TestCase):
                 " timeout_errors=0 status_errors=0 latency_mean_us=0.000 latency_p99_us=0\n")
         figures = analyse.parse_wrk(line)
         self.assertEqual((figures["complete"], figures["failed"], figures["rps"], figures["mib_per_s"]),
-                         ("0", "3", "n/a", "n/a"))
+                         (0, 3, None, None))
 
 
 class ParseCommandTest(unittest.TestCase):
     def run_analyser(self, *args):
-        return subprocess.run([sys.executable, os.path.join(HERE, "analyse.py"), *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "driver.analyse", *args], capture_output=True, cwd=HERE,
                               text=True, check=True).stdout
 
     def test_one_line_of_key_value_in_a_fixed_order(self):
@@ -146,23 +159,23 @@ class ParseCommandTest(unittest.TestCase):
 
 
 class MedianTest(unittest.TestCase):
-    def test_odd_count_the_middle_value_as_written(self):
-        self.assertEqual(analyse.median(["3.00", "1.00", "2.00"]), "2.00")
-        self.assertEqual(analyse.median(["10", "9", "100"]), "10")  # sorted as numbers, not as text
-        self.assertEqual(analyse.median(["7.5"]), "7.5")
+    def test_odd_count_the_middle_value(self):
+        self.assertEqual(analyse.median(["3.00", "1.00", "2.00"]), 2.0)
+        self.assertEqual(analyse.median(["10", "9", "100"]), 10.0)  # sorted as numbers, not as text
+        self.assertEqual(analyse.median(["7.5"]), 7.5)
 
     def test_even_count_the_mean_of_the_middle_two(self):
-        self.assertEqual(analyse.awk_text(analyse.median(["1.295", "1.293"])), "1.294")
-        self.assertEqual(analyse.awk_text(analyse.median(["4", "1", "3", "2"])), "2.5")
-        self.assertEqual(analyse.awk_text(analyse.median(["3112", "3112"])), "3112")
-        self.assertEqual(analyse.awk_text(analyse.median(["1048576", "1049224"])), "1048900")
+        self.assertEqual(analyse.number_text(analyse.median(["1.295", "1.293"])), "1.294")
+        self.assertEqual(analyse.number_text(analyse.median(["4", "1", "3", "2"])), "2.5")
+        self.assertEqual(analyse.number_text(analyse.median(["3112", "3112"])), "3112")
+        self.assertEqual(analyse.number_text(analyse.median(["1048576", "1049224"])), "1048900")
 
     def test_not_a_figure(self):
-        self.assertEqual(analyse.median(["n/a", "n/a", "n/a"]), "n/a")
+        self.assertIsNone(analyse.median(["n/a", "n/a", "n/a"]))
         self.assertEqual(analyse.median(["n/a (perf missing)", "n/a (perf missing)"]), "n/a (perf missing)")
-        self.assertEqual(analyse.median([""]), "")
-        # The first value decides; a later one that is not a figure sorts as 0 (as in the awk it replaced).
-        self.assertEqual(analyse.median(["5", "n/a", "7"]), "5")
+        self.assertIsNone(analyse.median([""]))
+        # The median of the figures there are: a run without one does not count as 0.
+        self.assertEqual(analyse.median(["5", "n/a", "7"]), 6.0)
 
 
 THROUGHPUT_RAW = """
@@ -181,7 +194,7 @@ THROUGHPUT_RAW = """
 
 class SummarizeTest(unittest.TestCase):
     def summary(self, raw):
-        return analyse.summarize(csv_lines(raw))
+        return text_lines(analyse.summarize(csv_lines(raw)))
 
     def test_header(self):
         # The key columns, runs, the req/s group, failures in place of failed (non2xx and complete dropped).
@@ -197,7 +210,7 @@ class SummarizeTest(unittest.TestCase):
         # 1000.5 is the median of 1000.5, 1200, 900; the spread (1200 - 900) / 1000.5 = 29.99 %; nginx's
         # median at c = 10 is 2500; failures: 2 failed + 1 non-2xx; one run of three failed its check.
         self.assertEqual(self.summary(THROUGHPUT_RAW)[1],
-                         "05-epoll,10,3,1000.5,900,1200,30.0,0.40,1.0,2.2,3,n/a (perf missing),"
+                         "05-epoll,10,3,1000.5,900,1200,30,0.4,1,2.2,3,n/a (perf missing),"
                          "FAILED: Failed requests: 2;Non-2xx responses: 1 (1 of 3 runs)")
 
     def test_a_row_that_never_ran(self):
@@ -207,7 +220,7 @@ class SummarizeTest(unittest.TestCase):
 
     def test_the_reference_row(self):
         self.assertEqual(self.summary(THROUGHPUT_RAW)[3],
-                         "nginx,10,3,2500,2000,3000,40.0,1.00,0.6,1.2,0,n/a (perf missing),ok")
+                         "nginx,10,3,2500,2000,3000,40,1,0.6,1.2,0,n/a (perf missing),ok")
 
     def test_one_run_has_no_spread_and_no_nginx_no_ratio(self):
         summary = self.summary("""
@@ -237,16 +250,16 @@ class SummarizeTest(unittest.TestCase):
         """)
         self.assertEqual(summary, [
             "server,idle,keepalive,concurrency,runs,requests_per_s,rps_min,rps_max,spread_pct,vs_nginx,failures,check",
-            "05-epoll,1000,no,10,1,800,800,800,n/a,0.50,0,ok",
-            "05-epoll,1000,yes,10,1,3000,3000,3000,n/a,1.50,0,ok",
-            "nginx,1000,no,10,1,1600,1600,1600,n/a,1.00,0,ok",
-            "nginx,1000,yes,10,1,2000,2000,2000,n/a,1.00,0,ok",
-            "nginx,0,yes,10,1,4000,4000,4000,n/a,1.00,0,ok",
+            "05-epoll,1000,no,10,1,800,800,800,n/a,0.5,0,ok",
+            "05-epoll,1000,yes,10,1,3000,3000,3000,n/a,1.5,0,ok",
+            "nginx,1000,no,10,1,1600,1600,1600,n/a,1,0,ok",
+            "nginx,1000,yes,10,1,2000,2000,2000,n/a,1,0,ok",
+            "nginx,0,yes,10,1,4000,4000,4000,n/a,1,0,ok",
         ])
 
     def test_no_repetition_column_is_an_error(self):
         with self.assertRaises(ValueError):
-            self.summary("server,connections,held,check\n05-epoll,1000,1000,ok")
+            analyse.summarize(csv_lines("server,connections,held,check\n05-epoll,1000,1000,ok"))
 
 
 # ---- table -------------------------------------------------------------------------------------------------------
@@ -373,9 +386,9 @@ class PlotTest(unittest.TestCase):
         self.assertIn("index 1 using 1:3 with linespoints title 'nginx (reference)'\n", script)
 
     def test_without_gnuplot_nothing_is_written(self):
-        with tempfile.TemporaryDirectory() as folder, mock.patch("analyse.shutil.which", return_value=None):
+        with tempfile.TemporaryDirectory() as folder, mock.patch("driver.analyse.shutil.which", return_value=None):
             summary = os.path.join(folder, "summary.csv")
-            analyse.write_text(summary, "\n".join(self.SUMMARY) + "\n")
+            analyse.write_text(summary, analyse.csv_text(self.SUMMARY))
             self.assertEqual(analyse.plot(summary, folder, "title", "concurrency"), [])
             self.assertEqual(sorted(os.listdir(folder)), ["summary.csv"])
 
@@ -396,11 +409,11 @@ class PanelPlotTest(unittest.TestCase):
                          [("03-select", ["0 60"]), ("05-epoll", ["0 66", "5000 70"])])
 
     def test_a_server_keeps_its_colour_in_every_panel(self):
-        with tempfile.TemporaryDirectory() as folder, mock.patch("analyse.shutil.which", return_value="gnuplot"), \
-                mock.patch("analyse.subprocess.run") as run:
+        with tempfile.TemporaryDirectory() as folder, mock.patch("driver.analyse.shutil.which", return_value="gnuplot"), \
+                mock.patch("driver.analyse.subprocess.run") as run:
             run.return_value = subprocess.CompletedProcess([], 0, "", "")
             summary = os.path.join(folder, "summary.csv")
-            analyse.write_text(summary, "\n".join(self.IDLE) + "\n")
+            analyse.write_text(summary, analyse.csv_text(self.IDLE))
             self.assertEqual(analyse.plot_panels(summary, folder, "idle", "title", 10), [])
             script = run.call_args_list[0].kwargs["input"]
         self.assertIn("set multiplot layout 2,2", script)
@@ -422,13 +435,13 @@ class ScalingTest(unittest.TestCase):
     def test_vs_floor_and_the_client_bound_mark(self):
         # vs_floor: per server CPU, against the floor's row with the same cores, load and handler (none at 1 ms;
         # n/a where the floor has no figure). Client-bound: the client's CPUs more than 90 % busy, not 90 itself.
-        self.assertEqual(analyse.scaling_columns(self.SUMMARY), [
+        self.assertEqual(text_lines(analyse.scaling_columns(self.SUMMARY)), [
             "server,cores,connection,delay_us,runs,requests_per_s,rps_per_cpu,client_busy_pct,vs_floor,"
             "client_bound,check",
-            "05-epoll,1,keep-alive,0,1,75000,160000,90,0.80,no,ok",
+            "05-epoll,1,keep-alive,0,1,75000,160000,90,0.8,no,ok",
             "05-epoll,1,close,0,1,10000,35000,90.5,n/a,yes,ok",
             "05-epoll,1,keep-alive,1000,1,73000,140000,n/a,n/a,n/a,ok",
-            "floor,1,keep-alive,0,1,74000,200000,99,1.00,yes,ok",
+            "floor,1,keep-alive,0,1,74000,200000,99,1,yes,ok",
             "floor,1,close,0,1,13000,n/a,98,n/a,yes,ok",
         ])
 
@@ -454,7 +467,7 @@ class KneeTest(unittest.TestCase):
         self.assertEqual(rows[4], "| nginx (reference) | below the lowest rate |  | 2000 | n/a |")
 
 
-# ---- The committed results: the same bytes as the awk made -------------------------------------------------------
+# ---- The committed results still read ----------------------------------------------------------------------------
 
 # The committed folders of benchmark/results/, by what is compared. (The folder also holds a learner's own runs,
 # which git ignores: only these are compared.) Each was first checked against the awk that analyse.py replaced,
@@ -497,13 +510,29 @@ def table_kind(header_row):
     raise AssertionError("no table of analyse.TABLES has the heading " + header_row)
 
 
+def same_figures(testcase, got, committed, where):
+    """Two summary.csv texts hold the same rows: the same header and keys, and each cell the same text or the same
+    number (the summary now writes 1 where the awk wrote 1.00)."""
+    got, committed = analyse.parse_rows(got), analyse.parse_rows(committed)
+    testcase.assertEqual(got[0], committed[0], where)
+    testcase.assertEqual(len(got), len(committed), where)
+    for new, old in zip(got[1:], committed[1:]):
+        for name, a, b in zip(got[0], new, old):
+            if a != b:
+                testcase.assertIsNotNone(analyse.number(a), f"{where} {name}: {a!r} vs {b!r}")
+                testcase.assertAlmostEqual(analyse.number(a), analyse.number(b), places=6,
+                                           msg=f"{where} {name}: {a!r} vs {b!r}")
+
+
 class CommittedResultsTest(unittest.TestCase):
+    """The committed folders still read: their raw.csv summarizes to the figures of their summary.csv (in today's
+    number format, which summaries are not rewritten to), and their summary.csv gives their summary.md's table."""
+
     def test_summary_csv(self):
         for folder in SUMMARIZED:
             with self.subTest(folder=folder):
-                summary = analyse.summarize(analyse.read_lines(folder_file(folder, "raw.csv")))
-                self.assertEqual("".join(line + "\n" for line in summary),
-                                 analyse.read_text(folder_file(folder, "summary.csv")))
+                summary = analyse.csv_text(analyse.summarize(analyse.read_rows(folder_file(folder, "raw.csv"))))
+                same_figures(self, summary, analyse.read_text(folder_file(folder, "summary.csv")), folder)
 
     def test_summary_md_table(self):
         for folder in SUMMARIZED + CONNECTIONS:
@@ -513,7 +542,7 @@ class CommittedResultsTest(unittest.TestCase):
                 kind, tool = table_kind(rows[0])
                 source = "raw.csv" if kind.startswith("connections") else "summary.csv"
                 table = analyse.markdown_table(analyse.table_columns(kind, tool),
-                                               analyse.read_lines(folder_file(folder, source)))
+                                               analyse.read_rows(folder_file(folder, source)))
                 self.assertEqual([line for line in table if line.startswith("| ")], rows)
 
     def test_plot_dat(self):
@@ -521,19 +550,18 @@ class CommittedResultsTest(unittest.TestCase):
         self.assertEqual(len(folders), 13)  # every throughput folder: the other modes draw no plot
         for folder in folders:
             with self.subTest(folder=folder):
-                series = analyse.plot_series(analyse.read_lines(folder_file(folder, "summary.csv")))
+                series = analyse.plot_series(analyse.read_rows(folder_file(folder, "summary.csv")))
                 self.assertEqual(analyse.plot_data(series), analyse.read_text(folder_file(folder, "plot.dat")))
 
     def test_through_the_command_line(self):
-        # As benchmark.sh calls it, bytes compared: summarize and table of one folder.
-        analyser = [sys.executable, os.path.join(HERE, "analyse.py")]
+        # python3 -m driver.analyse: summarize and table of one folder.
+        analyser = [sys.executable, "-m", "driver.analyse"]
         folder = "2026-11-24_022343"
         summary = subprocess.run([*analyser, "summarize", folder_file(folder, "raw.csv")], capture_output=True,
-                                 check=True).stdout
-        with open(folder_file(folder, "summary.csv"), "rb") as file:
-            self.assertEqual(summary, file.read())
+                                 check=True, cwd=HERE, text=True).stdout
+        same_figures(self, summary, analyse.read_text(folder_file(folder, "summary.csv")), folder)
         table = subprocess.run([*analyser, "table", "throughput", folder_file(folder, "summary.csv"), "--tool", "wrk"],
-                               capture_output=True, check=True).stdout
+                               capture_output=True, check=True, cwd=HERE).stdout
         with open(folder_file(folder, "summary.md"), "rb") as file:
             rows = [line for line in file.read().split(b"\n") if line.startswith(b"|")]
         self.assertEqual(table, b"".join(row + b"\n" for row in rows))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,12 +22,14 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from driver import connections, environment, idle, latency, main, options, scaling, summary, sweep, tools  # noqa: E402
+from driver import (analyse, connections, disturbance, environment, idle, latency, main, measure,  # noqa: E402
+                    options, sample, scaling, servers, summary, sweep, tools)
 from driver.host import Host, HostError  # noqa: E402
 from driver.servers import Server, server_flags, variant_flags  # noqa: E402
 from driver.session import CsvTable, Session, ratio  # noqa: E402
 
 TESTDATA = os.path.join(HERE, "testdata")
+USAGE = "usage: benchmark/benchmark.sh [options] [SERVER...]\n"
 RESULTS = os.path.join(HERE, "results")
 
 
@@ -43,10 +46,10 @@ class OptionsTest(unittest.TestCase):
     def test_defaults_by_mode(self):
         o = parse()
         self.assertEqual((o.mode, o.tool, o.concurrencies, o.requests, o.delay_us, o.duration_s),
-                         ("throughput", "ab", [1, 10, 100, 500], "10000", "1000", 10))
+                         ("throughput", "ab", [1, 10, 100, 500], 10000, 1000, 10))
         self.assertEqual(o.servers, [*options.ALL_SERVERS, "nginx"])
         o = parse("--mode", "files")
-        self.assertEqual((o.tool, o.concurrencies, o.delay_us, o.keepalive), ("wrk", [100, 1000], "0", True))
+        self.assertEqual((o.tool, o.concurrencies, o.delay_us, o.keepalive), ("wrk", [100, 1000], 0, True))
         self.assertEqual(o.servers, ["03-select", "05-epoll", "06-io_uring", "07-asio", "nginx"])
         o = parse("--mode", "idle", "--no-reference")
         self.assertEqual((o.concurrencies, o.idle_counts), ([10], [0, 1000, 5000, 10000]))
@@ -95,8 +98,12 @@ class OptionsTest(unittest.TestCase):
         o = parse("-n", "300", env={"PSP_REQUESTS": "200", "PSP_CONCURRENCY": "2,3", "PSP_KEEPALIVE": "1",
                                     "PSP_REFERENCE": "0", "PSP_SERVERS": "05", "PSP_DURATION": "2m"})
         self.assertEqual((o.requests, o.concurrencies, o.keepalive, o.servers, o.duration_s),
-                         ("300", [2, 3], True, ["05-epoll"], 120))
-        self.assertEqual(parse(env={"PSP_REQUESTS": ""}).requests, "10000")  # empty counts as unset
+                         (300, [2, 3], True, ["05-epoll"], 120))
+        self.assertEqual(parse(env={"PSP_REQUESTS": ""}).requests, 10000)  # empty counts as unset
+        # Servers and options in any order; the numbers are ints, --threads None when not given.
+        o = parse("05", "-k", "-c", "1,10", "06", "-n", "2000", "--retry-disturbed", "--disturbed-pct", "25")
+        self.assertEqual((o.servers, o.keepalive, o.concurrencies, o.requests, o.threads, o.retry_disturbed,
+                          o.disturbed_pct), (["05-epoll", "06-io_uring", "nginx"], True, [1, 10], 2000, None, True, 25))
 
     def test_servers_and_variants(self):
         o = parse("--no-reference", "5", "06:--sqpoll=50:--fixed-files", "07-asio")
@@ -112,9 +119,11 @@ class OptionsTest(unittest.TestCase):
 
     def test_every_refusal(self):
         refusals = {
-            ("--bogus",): "unknown option --bogus",
-            ("-c",): "-c needs a value",
-            ("-c", ""): "-c needs a value",
+            ("--bogus",): "unrecognized arguments: --bogus",
+            ("--no-ref",): "unrecognized arguments: --no-ref",  # no abbreviations
+            ("-c",): "argument -c/--concurrency: expected one argument",
+            ("-c", ""): "argument -c/--concurrency: needs a value",
+            ("--disturbed-pct", "x"): "bad --disturbed-pct 'x' (a whole percentage, 0 to 100)",
             ("--mode", "x"): "--mode must be throughput, connections, files, idle, latency or scaling",
             ("--mode", "scaling", "-t", "ab"): "--mode scaling uses wrk (one client thread per client CPU)",
             ("--mode", "scaling", "--cores", "0"): "bad core count '0'",
@@ -159,8 +168,8 @@ class OptionsTest(unittest.TestCase):
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             self.assertEqual(main.main(["--bogus"]), 2)
             self.assertEqual(main.main(["--help"]), 0)
-        self.assertEqual(err.getvalue(), "error: unknown option --bogus\nrun benchmark/benchmark.sh --help for the "
-                                         "options\n")
+        self.assertEqual(err.getvalue(), USAGE + "error: unrecognized arguments: --bogus\nrun benchmark/benchmark.sh "
+                                         "--help for the options\n")
         self.assertTrue(out.getvalue().startswith("usage: benchmark/benchmark.sh [options] [SERVER...]\n"))
         self.assertIn("(--mode files: 03 05 06 07; idle: 02 03 04 05 06 07)", out.getvalue())
         self.assertIn("--p99-target MS", out.getvalue())
@@ -186,19 +195,24 @@ BEFORE = {
                    "server_charged_b,available_drop_b,idle_cpu_ms,probe_ok,probe_refused,probe_timeout,"
                    "probe_median_ms,probe_p99_ms,probe_max_ms,after_status,stopped_by,slabs,check",
 }
+# Since issue 37, every mode but connections has three more columns before `check`: the disturbance of each run
+# (and --mode latency a fourth, `generator`). The committed runs made before keep the columns of BEFORE.
+DISTURBANCE = ",other_cpu_pct,steal_pct,disturbed"
+NOW = {mode: columns.replace(",check", DISTURBANCE + (",generator" if mode == "latency" else "") + ",check")
+       if mode != "connections" else columns for mode, columns in BEFORE.items()}
 SCHEMAS = {"throughput": sweep.THROUGHPUT, "files": sweep.FILES_SCHEMA, "idle": idle.SCHEMA,
            "latency": latency.SCHEMA, "connections": connections.SCHEMA, "scaling": scaling.SCHEMA}
 
 
 class SchemaTest(unittest.TestCase):
-    def test_each_mode_writes_the_columns_of_before(self):
+    def test_each_mode_writes_its_columns(self):
         with tempfile.TemporaryDirectory() as scratch:
             for mode, fields in SCHEMAS.items():
                 with self.subTest(mode=mode):
                     path = os.path.join(scratch, f"{mode}.csv")
                     CsvTable(path, fields)
                     with open(path, encoding="utf-8") as file:
-                        self.assertEqual(file.read(), BEFORE[mode] + "\n")
+                        self.assertEqual(file.read(), NOW[mode] + "\n")
 
     def test_a_row_must_give_every_field(self):
         with tempfile.TemporaryDirectory() as scratch:
@@ -219,13 +233,12 @@ class SchemaTest(unittest.TestCase):
                     continue
                 with open(raw, encoding="utf-8", newline="") as file:
                     text = file.read()
-                lines = text.rstrip("\n").split("\n")
-                fields = next((f for f in SCHEMAS.values() if ",".join(f) == lines[0]), None)
-                if fields is None:
+                rows = analyse.parse_rows(text)
+                if ",".join(rows[0]) not in BEFORE.values():
                     continue  # an older layout, from before a column was added
-                copy = CsvTable(os.path.join(scratch, run + ".csv"), fields)
-                for line in lines[1:]:
-                    copy.add(dict(zip(fields, line.split(","))))
+                copy = CsvTable(os.path.join(scratch, run + ".csv"), tuple(rows[0]))
+                for row in rows[1:]:
+                    copy.add(dict(zip(rows[0], row)))
                 with open(copy.path, encoding="utf-8", newline="") as file:
                     self.assertEqual(file.read(), text, run)
                 checked += 1
@@ -238,7 +251,10 @@ class SchemaTest(unittest.TestCase):
             runs.failed_row("05-epoll", sweep.Target(), 1, 1, "did not start, twice")
             with open(os.path.join(scratch, "raw.csv"), encoding="utf-8") as file:
                 row = file.read().split("\n")[1]
-            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 12 + "FAILED: did not start twice")
+            # The check keeps its comma: the cell is quoted, and the csv module reads it back whole.
+            self.assertEqual(row, "05-epoll,1,1," + "n/a," * 15 + '"FAILED: did not start, twice"')
+            self.assertEqual(analyse.read_rows(os.path.join(scratch, "raw.csv"))[1][-1],
+                             "FAILED: did not start, twice")
 
 
 def testdata(name: str) -> str:
@@ -249,10 +265,10 @@ def testdata(name: str) -> str:
 class ToolsTest(unittest.TestCase):
     def test_ab_and_wrk_records(self):
         ab = tools.parse("ab", testdata("ab-05-c10.out"), testdata("ab-05-c10.percentiles.csv"))
-        self.assertEqual((ab["complete"], ab["failed"], ab["doc_length"]), ("2000", "0", "1024"))
+        self.assertEqual((ab["complete"], ab["failed"], ab["doc_length"]), (2000, 0, 1024))
         wrk = tools.parse("wrk", testdata("wrk-05-c10.out"))
-        self.assertNotEqual(wrk["rps"], "n/a")
-        self.assertEqual(tools.parse("wrk", testdata("wrk-without-lua.out"))["rps"], "n/a")
+        self.assertIsInstance(wrk["rps"], float)
+        self.assertIsNone(tools.parse("wrk", testdata("wrk-without-lua.out"))["rps"])
 
     def test_commands(self):
         self.assertEqual(tools.ab_command("http://h/", 10, 200, True), ["ab", "-q", "-r", "-n", "200", "-c", "10",
@@ -264,13 +280,16 @@ class ToolsTest(unittest.TestCase):
     def test_openloop_and_idle_conns_lines(self):
         line = testdata("openloop-05.out").strip().split("\n")[-1]
         figures = tools.key_values(line)
-        self.assertEqual((figures["scheduled"], figures["completed"], figures["fell_behind"]), ("200", "200", "0"))
+        self.assertEqual((figures["scheduled"], figures["completed"], figures["fell_behind"]), (200, 200, 0))
+        self.assertIsInstance(figures["p99_ms"], float)
         for key in latency.FROM_OPENLOOP.values():
             self.assertIn(key, figures)
         holding, final = testdata("idle_conns-hold.out").strip().split("\n")
         self.assertTrue(holding.startswith("holding "))
-        self.assertEqual(tools.key_values(holding[len("holding "):])["held"], "50")
+        self.assertEqual(tools.key_values(holding[len("holding "):])["held"], 50)
         final = tools.key_values(final)
+        self.assertEqual(tools.key_values("a=000 b=n/a c=refused d=-3 e=1.50"),
+                         {"a": 0, "b": None, "c": "refused", "d": -3, "e": 1.5})
         for key in (*connections.FROM_HOLDER, *connections.PROBES, "server_alive"):
             self.assertIn(key, final)
 
@@ -281,13 +300,175 @@ class ToolsTest(unittest.TestCase):
             with open(out, encoding="ascii") as file:
                 self.assertEqual(file.read(), "started\n")
 
-    def test_ratio_as_awk(self):
-        self.assertEqual(ratio(3, 2), "1.50")
-        self.assertEqual(ratio(1000000, "3", "%.1f"), "333333.3")
-        self.assertEqual(ratio("n/a", 2), "n/a")
-        self.assertEqual(ratio(5, "n/a"), "n/a")
-        self.assertEqual(ratio(5, 0), "n/a")
-        self.assertEqual(ratio("", 4), "0.00")  # awk reads an empty count as 0
+    def test_run_client_stops_the_whole_process_group(self):
+        # The client's children (perf's ab, taskset's wrk) go with it: a grandchild that ignores nothing but
+        # outlives its parent's SIGTERM is in the same group, and is killed too.
+        with tempfile.TemporaryDirectory() as scratch:
+            out, pid_file = os.path.join(scratch, "out"), os.path.join(scratch, "pid")
+            status = tools.run_client(1, ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], out)
+            self.assertEqual(status, tools.TIMED_OUT)
+            with open(pid_file, encoding="ascii") as file:
+                grandchild = int(file.read())
+            time.sleep(0.2)
+            try:  # gone, or a zombie that nobody has reaped yet (where PID 1 does not reap)
+                with open(f"/proc/{grandchild}/stat", encoding="ascii") as file:
+                    self.assertEqual(file.read().rsplit(") ", 1)[1][0], "Z")
+            except FileNotFoundError:
+                pass
+
+    def test_ratio_typed(self):
+        self.assertEqual(ratio(3, 2), 1.5)
+        self.assertEqual(ratio(1000000, 3, 1), 333333.3)
+        self.assertIsNone(ratio(None, 2))
+        self.assertIsNone(ratio(5, None))
+        self.assertIsNone(ratio(5, 0))
+
+
+# Two readings of /proc/stat, 1 s apart on 2 CPUs (200 ticks): 150 busy, of which the server took 40 ticks and the
+# driver with its waited-for client 0.3 s (30 ticks); 4 ticks of steal.
+STAT_BEFORE = "cpu  1000 0 500 8000 100 0 50 10 0 0\ncpu0 500 0 250 4000 50 0 25 5 0 0\n"
+STAT_AFTER = "cpu  1100 0 540 8044 102 0 60 14 0 0\ncpu0 550 0 270 4020 51 0 30 7 0 0\n"
+
+
+class PerfCountTest(unittest.TestCase):
+    def test_read_with_the_csv_module(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "perf.txt")
+            with open(path, "w", encoding="ascii") as file:
+                file.write("# started on Sun Nov 29\n\n1234.56,msec,task-clock,1234560,100.00,0.5,CPUs utilized\n"
+                           "2600,,context-switches,1234560,100.00,2.106,K/sec\n"
+                           "<not counted>,,raw_syscalls:sys_enter,0,0.00,,\n")
+            self.assertEqual(sample.perf_count(path, "context-switches"), 2600)
+            self.assertIsNone(sample.perf_count(path, "raw_syscalls:sys_enter"))
+            self.assertIsNone(sample.perf_count(path, "cycles"))
+
+
+class DisturbanceTest(unittest.TestCase):
+    def test_machine_times_from_proc_stat(self):
+        self.assertEqual(disturbance.machine_times(STAT_BEFORE), (1550, 9660, 10))
+        self.assertEqual(disturbance.machine_times("intr 1 2\n"), (0, 0, 0))
+
+    def snapshots(self, server_ticks, our_seconds):
+        before = disturbance.Snapshot(*disturbance.machine_times(STAT_BEFORE), server=100, ours=1.0)
+        after = disturbance.Snapshot(*disturbance.machine_times(STAT_AFTER), server=100 + server_ticks,
+                                     ours=1.0 + our_seconds)
+        return before, after
+
+    def test_other_processes_share_and_the_mark(self):
+        before, after = self.snapshots(40, 0.3)
+        # busy 150 - 40 (server) - 30 (driver and client) = 80 of 200 ticks: 40 %; steal 4 of 200: 2 %.
+        result = disturbance.between(before, after, 10, ticks_per_s=100)
+        self.assertEqual((result.other_cpu_pct, result.steal_pct, result.disturbed), (40.0, 2.0, True))
+        self.assertEqual(result.columns(), {"other_cpu_pct": 40.0, "steal_pct": 2.0, "disturbed": "yes"})
+        quiet = disturbance.between(*self.snapshots(110, 0.4), 10, ticks_per_s=100)
+        self.assertEqual((quiet.other_cpu_pct, quiet.disturbed), (0.0, False))  # never below 0
+        self.assertEqual(disturbance.between(before, before, 10), disturbance.NOT_MEASURED)
+
+    def test_a_real_window_reads_this_machine(self):
+        with disturbance.Window([os.getpid()], 100) as window:
+            time.sleep(0.05)
+        self.assertIsNotNone(window.result.other_cpu_pct)  # (no figure asserted: the machine is shared)
+
+    def test_retry_only_when_asked_and_at_most_twice(self):
+        session = Session(parse("--no-reference", "05"), "/repo", HERE)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, 0, True))
+            session = Session(parse("--no-reference", "--retry-disturbed", "05"), "/repo", HERE)
+            figures = {"disturbed": "yes"}
+            self.assertTrue(measure.measured_again(session, figures, 0, True))
+            self.assertEqual(figures["disturbed"], "measured again")
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, disturbance.RETRIES, True))
+            self.assertFalse(measure.measured_again(session, {"disturbed": "no"}, 0, True))
+            self.assertFalse(measure.measured_again(session, {"disturbed": "yes"}, 0, False))  # the server died
+
+    def test_latency_measures_a_lagging_rate_again_without_being_asked(self):
+        session = Session(parse("--mode", "latency", "--no-reference", "05"), "/repo", HERE)
+        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(io.StringIO()):
+            runs = latency.Latency(session, os.path.join(scratch, "raw.csv"))
+            row = {"generator": "behind", "disturbed": "no"}
+            self.assertTrue(runs.measure_again(row, 0, True))
+            self.assertFalse(runs.measure_again({"generator": "behind", "disturbed": "no"}, 2, True))
+            self.assertFalse(runs.measure_again({"generator": "ok", "disturbed": "yes"}, 0, True))  # not asked
+
+    def test_latency_keeps_the_quietest_attempt(self):
+        # The run recorded above at 300 req/s: ok but disturbed, ok but disturbed, then the generator lagged.
+        attempts = [{"generator": "ok", "other_cpu_pct": 52.5, "steal_pct": 0, "disturbed": "yes"},
+                    {"generator": "ok", "other_cpu_pct": 56.6, "steal_pct": 0, "disturbed": "yes"},
+                    {"generator": "behind", "other_cpu_pct": 58.5, "steal_pct": 0, "disturbed": "yes"}]
+        self.assertEqual([row["disturbed"] for row in latency.keep_quietest(attempts)],
+                         ["yes", "measured again", "measured again"])
+        lagging = [{"generator": "behind", "other_cpu_pct": 90.0, "steal_pct": 0.2, "disturbed": "yes"},
+                   {"generator": "behind", "other_cpu_pct": 84.6, "steal_pct": 0, "disturbed": "yes"}]
+        self.assertEqual([row["disturbed"] for row in latency.keep_quietest(lagging)], ["measured again", "yes"])
+        one = [{"generator": "ok", "other_cpu_pct": 1.0, "steal_pct": 0, "disturbed": "no"}]
+        self.assertEqual(latency.keep_quietest(one)[0]["disturbed"], "no")
+
+    def test_summary_leaves_out_runs_measured_again_and_counts_the_disturbed(self):
+        rows = analyse.parse_rows(
+            "server,concurrency,repetition,requests_per_s,failed,non2xx,other_cpu_pct,steal_pct,disturbed,check\n"
+            "05-epoll,10,1,100,0,0,55,0,measured again,ok\n"
+            "05-epoll,10,1,1000,0,0,2,0,no,ok\n"
+            "05-epoll,10,2,900,0,0,30,0,yes,ok\n"
+            "05-epoll,10,3,1100,0,0,1,0,no,ok\n")
+        summary = analyse.summarize(rows)
+        self.assertEqual(summary[0][-2:], ["disturbed_runs", "check"])
+        row = dict(zip(summary[0], summary[1]))
+        self.assertEqual((row["runs"], row["requests_per_s"], row["rps_min"], row["disturbed_runs"]), (3, 1000, 900, 1))
+        self.assertEqual(row["other_cpu_pct"], 2)  # the median of the kept runs
+        table = analyse.markdown_table([analyse.Column("server", "server", "server"),
+                                        analyse.Column(analyse.spread, "spread", "%s")], summary)
+        self.assertEqual(table[2], "| 05-epoll | 20% (1 of 3 disturbed) |")
+        passes = disturbance.passes_table(rows)
+        self.assertEqual(passes[2:], ["| 05-epoll | 1 | 55, 2 | 0, 0 | concurrency=10 (measured again) |",
+                                      "| 05-epoll | 2 | 30 | 0 | concurrency=10 |",
+                                      "| 05-epoll | 3 | 1 | 0 | none |"])
+        self.assertEqual(disturbance.passes_table([["server", "concurrency", "repetition", "check"]]), [])
+
+    def test_the_knee_skips_a_rate_the_generator_could_not_offer(self):
+        rows = analyse.parse_rows(
+            "server,rate,runs,p99_ms,disturbed_runs,generator_behind_runs,check\n"
+            "05-epoll,100,1,1.0,0,0,ok\n"
+            "05-epoll,200,1,50.0,1,1,ok\n"      # one bad second of the machine: not the server's
+            "05-epoll,300,1,2.0,0,0,ok\n"
+            "05-epoll,400,1,15.0,0,0,ok\n")
+        table = analyse.knees(rows, 10)
+        self.assertTrue(table[0].endswith("| rates not measured (the generator fell behind) |"))
+        self.assertEqual(table[2], "| 05-epoll | 300 | 2.0 | 400 | 15.0 | 200 |")
+        lagging = analyse.parse_rows("server,rate,runs,p99_ms,generator_behind_runs,check\n05-epoll,100,1,1.0,1,ok\n")
+        self.assertEqual(analyse.knees(lagging, 10)[2], "| 05-epoll | not measured |  | – | – | 100 |")
+
+
+class CountersCostTest(unittest.TestCase):
+    def note(self, *argv, perf_state="ok", counters=None):
+        session = Session(parse("--no-reference", *argv), "/repo", HERE, perf_state=perf_state)
+        with tempfile.TemporaryDirectory() as results:
+            if counters is not None:
+                with open(os.path.join(results, "counters.csv"), "w", encoding="utf-8") as file:
+                    file.write(counters)
+            return summary.counters_note(session, results)
+
+    def test_the_difference_from_a_recorded_pair(self):
+        pair = ("server,concurrency,counters,requests_per_s,cpu_us_per_req,other_cpu_pct,check\n"
+                "05-epoll,1,perf stat,797.3,80,2.5,ok\n05-epoll,1,none,801.2,60,1,ok\n")
+        note = self.note("05", counters=pair)
+        self.assertTrue(note.startswith("- Counters cost: 05-epoll at c=1, the same run with perf stat -p"), note)
+        self.assertIn("CPU 80 µs/req with perf stat counting, 60 without (+33 %); 797 and 801 req/s", note)
+        self.assertNotIn("disturbed", note)
+        busy = pair.replace(",1,ok", ",40,ok")
+        self.assertIn("took 2.5 and 40 % of the CPUs during the two: disturbed", self.note("05", counters=busy))
+
+    def test_why_there_is_nothing_to_state(self):
+        self.assertIn("no per-request counters ran (n/a (--no-perf))", self.note("05", perf_state="n/a (--no-perf)"))
+        self.assertIn("this mode runs no per-request counters", self.note("--mode", "latency", "05"))
+        header_only = ",".join(measure.COUNTERS_SCHEMA) + "\n"
+        self.assertIn("not measured in this run", self.note("05", counters=header_only))
+
+    def test_no_probe_without_perf(self):
+        session = Session(parse("--no-reference", "05"), "/repo", HERE, perf_state="n/a (perf missing)")
+        with mock.patch.object(measure, "measure_run") as run:
+            measure.counters_cost(session, None, "05-epoll", 1, measure.Target(), None,
+                                  {"syscalls_per_req": "n/a (perf missing)"}, None)
+        run.assert_not_called()
 
 
 class HostTest(unittest.TestCase):
@@ -413,6 +594,27 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(server_flags(session, "03-select"), ["--delay-us", "1000", "--handler", "wait"])
 
 
+class BuildTargetTest(unittest.TestCase):
+    def test_from_cmakes_file_api_reply(self):
+        """An optional folder's target comes from CMake's file API (codemodel-v2), not from generated Makefiles."""
+        with tempfile.TemporaryDirectory() as build:
+            reply = os.path.join(build, servers.REPLY)
+            os.makedirs(reply)
+            files = {"index-2026.json": {"reply": {"client-psp-benchmark": {"codemodel-v2": {
+                         "jsonFile": "codemodel-v2-1.json"}}}},
+                     "codemodel-v2-1.json": {"configurations": [{"targets": [{"jsonFile": "target-a.json"},
+                                                                              {"jsonFile": "target-b.json"}]}]},
+                     "target-a.json": {"name": "server_07_uring", "artifacts": [{"path": "07-asio-uring/run_server"}]},
+                     "target-b.json": {"name": "common"}}
+            for name, content in files.items():
+                with open(os.path.join(reply, name), "w", encoding="utf-8") as file:
+                    json.dump(content, file)
+            self.assertEqual(servers.build_target(build, "07-asio-uring"), "server_07_uring")
+            self.assertEqual(servers.build_target(build, "05-epoll"), "server_05")
+            self.assertEqual(servers.build_target(build, "08-other"), "")
+        self.assertEqual(servers.build_target("/nonexistent", "08-other"), "")  # no build: no target, no error
+
+
 class FingerprintTest(unittest.TestCase):
     def test_written_when_the_script_exists_and_not_otherwise(self):
         with tempfile.TemporaryDirectory() as repo:
@@ -461,7 +663,7 @@ class LauncherTest(unittest.TestCase):
         with open(launcher, encoding="utf-8") as file:
             self.assertLess(len(file.read().split("\n")), 100)
         result = subprocess.run([launcher, "--no-build", "-c", "0"], capture_output=True, text=True, check=False)
-        self.assertEqual((result.returncode, result.stderr), (2, "error: bad concurrency '0'\nrun "
+        self.assertEqual((result.returncode, result.stderr), (2, USAGE + "error: bad concurrency '0'\nrun "
                                                                  "benchmark/benchmark.sh --help for the options\n"))
 
 

@@ -22,9 +22,9 @@ from .host import Host
 from .idle import release_idle
 from .measure import begin_pass
 from .servers import Server, server_flags
-from .session import CsvTable, Session, first_line, read
+from .session import CsvTable, Session, cell_text, first_line, read
 from .summary import CONN_PROBES, IDLE_WINDOW_S
-from .tools import IdleHolder
+from .tools import IdleHolder, key_values
 
 FROM_HOLDER = ("held", "refused", "closed", "blocked", "untried", "dropped", "processes", "setup_s",
                "rss_kib_per_conn", "threads_per_conn", "fds_per_conn")
@@ -164,8 +164,8 @@ class Connections:
             idle_ms: str = "") -> None:
         row = {name: final.get(name, "") for name in (*FROM_HOLDER, *PROBES)}
         row.update({name: kmem.get(name, "") for name in FROM_KERNEL})
-        row.update(server=spec, connections=n, idle_cpu_ms=idle_ms, stopped_by=stopped.replace(",", ";"),
-                   slabs=kmem.get("slabs", ""), check=check.replace(",", ";"))
+        row.update(server=spec, connections=n, idle_cpu_ms=idle_ms, stopped_by=stopped, slabs=kmem.get("slabs", ""),
+                   check=check)
         self.table.add(row)
 
     def connection_cost(self, spec: str) -> None:
@@ -188,9 +188,9 @@ class Connections:
             step_stopped, kmem = self.connection_step(spec, n)
             if step_stopped:
                 stopped = step_stopped
-            drop = kmem.get("available_drop_b", "n/a")
-            if re.fullmatch(r"-?[0-9]+", drop) and int(drop) > 0:
-                guess_b = int(drop)
+            drop = kmem.get("available_drop_b")
+            if isinstance(drop, int) and drop > 0:
+                guess_b = drop
 
     def connection_step(self, spec: str, n: int) -> tuple[str, dict[str, str]]:
         """One server, one N: what stopped it short of N ("" when it held them all), and the kernel's growth."""
@@ -213,7 +213,7 @@ class Connections:
     def held_step(self, server: Server, spec: str, n: int) -> tuple[str, dict[str, str]]:
         s = self.session
         kmem: dict[str, str] = {}
-        step_stopped, idle_ms, problems = "", "n/a", []
+        step_stopped, idle_ms, problems = "", None, []
         if not server.started:
             s.fail_check(f"{spec} did not start")
             self.row(spec, n, "FAILED: did not start", "", {}, {})
@@ -231,31 +231,31 @@ class Connections:
                       f"{h['closed']}, unanswered {h['blocked']}; set up in {h['setup_s']} s); a new client: "
                       f"{h['probe']}")
                 kernel_snapshot(after)
-                if int(h["held"]) < n:
+                if h["held"] < n:
                     step_stopped = what_stopped(s, server, spec, n, h)
                 ticks = sample.cpu_ns(server.pids)
                 time.sleep(IDLE_WINDOW_S)
-                idle_ms = "%.1f" % ((sample.cpu_ns(server.pids) - ticks) / 1e6)
+                idle_ms = round((sample.cpu_ns(server.pids) - ticks) / 1e6, 1)
             else:
                 s.fail_check(f"{spec}: idle_conns could not hold {n} connections: {first_line(holder.err)}")
             release_idle(s, spec, holder)
         final, held = holder.final, holder.held
         # Per connection only when all N were held: refused connections leave TIME_WAIT sockets behind.
-        if final.get("held") and os.path.exists(after) and held.get("held") == str(n):
-            diff = subprocess.run(["python3", KERNEL_MEMORY, "diff", before, after, "--held", held["held"]],
+        if "held" in final and os.path.exists(after) and held.get("held") == n:
+            diff = subprocess.run(["python3", KERNEL_MEMORY, "diff", before, after, "--held", str(n)],
                                   capture_output=True, text=True, check=False).stdout
-            kmem = dict(word.split("=", 1) for word in diff.split() if "=" in word)
+            kmem = key_values(diff)
         for path in (before, after):
             if os.path.exists(path):
                 os.unlink(path)
-        if not final.get("held"):
+        if "held" not in final:
             problems.append(f"idle_conns failed: {first_line(holder.err)}")
             step_stopped = "idle_conns failed"
         else:
             problems += self.report(spec, n, final, kmem, step_stopped, idle_ms)
         for problem in problems:
             s.fail_check(f"{spec} with {n} connections: {problem}")
-        check = "FAILED: " + ";".join(p.replace(",", "") for p in problems) if problems else "ok"
+        check = "FAILED: " + ";".join(problems) if problems else "ok"
         self.row(spec, n, check, step_stopped, final, kmem, idle_ms)
         return step_stopped, kmem
 
@@ -269,24 +269,24 @@ class Connections:
         s.say(f"  slabs grown (bytes per connection, both ends): {kmem.get('slabs', 'n/a')}")
         s.say(f"  a new client meanwhile: {last['probe_ok']}/{last['probes']} answered, median "
               f"{last['probe_median_ms']} ms, p99 {last['probe_p99_ms']} ms; the server's CPU over {IDLE_WINDOW_S} s "
-              f"idle: {idle_ms} ms")
+              f"idle: {cell_text(idle_ms)} ms")
         if step_stopped:
             s.say(f"  stopped by {step_stopped}")
-        if last.get("server_alive") != "1":
+        if last.get("server_alive") != 1:
             problems.append("the server died")
         # select() cannot watch an fd >= FD_SETSIZE (1024): past it, 03 must answer 503 or close, never hold.
-        if spec.startswith("03-") and int(last["held"]) >= 1024:
+        if spec.startswith("03-") and last["held"] >= 1024:
             problems.append(f"03 held {last['held']} connections, more than select() can watch (FD_SETSIZE 1024)")
         # 01 and 04 serve one connection per thread: blocked connections and a waiting newcomer are their cost,
         # shown in the table, not a failure. Every other model must serve or refuse each connection, and answer a
         # newcomer promptly unless it is at its limit (a server may leave newcomers in the accept queue then).
         if not spec.startswith(("01-", "04-")) and not step_stopped:
-            if last["blocked"] != "0":
+            if last["blocked"] != 0:
                 problems.append(f"{last['blocked']} connections were neither answered nor refused")
-            if last["probe_timeout"] != "0":
+            if last["probe_timeout"] != 0:
                 problems.append("a new client got no answer while the connections were held")
             median = last["probe_median_ms"]
-            if median != "n/a" and float(median) > 10:
+            if median is not None and median > 10:
                 problems.append(f"a new client waited {median} ms (median), not promptly (10 ms at most)")
         return problems
 

@@ -8,10 +8,13 @@ rows that say so, and no failed check: that is its limit, not a fault.
 
 from __future__ import annotations
 
+import os
+
 from .environment import client_binary
-from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
+from .measure import (COUNTERS_SCHEMA, MEASURED, Target, begin_pass, counters_cost, measure_run, measured_again,
+                      warm_up)
 from .servers import Server
-from .session import CsvTable, Session, first_line, no_commas
+from .session import CsvTable, Session, first_line
 from .tools import IdleHolder
 
 SCHEMA = ("server", "idle", "keepalive", "concurrency", "repetition", *MEASURED)
@@ -28,10 +31,10 @@ def hold_idle(session: Session, server: Server, spec: str, holder: IdleHolder) -
     h = holder.held
     session.say(f"  holding {h['held']} of {n} idle connections (refused {h['refused']}, closed {h['closed']}, "
                 f"unanswered {h['blocked']}; set up in {h['setup_s']} s); a new client: {h['probe']}")
-    if int(h["held"]) < n:
+    if h["held"] < n:
         return (f"it held {h['held']} of {n} idle connections (refused {h['refused']}, closed {h['closed']}, "
                 f"unanswered {h['blocked']})")
-    if h["probe"] != "200":
+    if h["probe"] != 200:
         return f"a new client got no answer beside {n} idle connections"
     return ""
 
@@ -46,10 +49,10 @@ def release_idle(session: Session, spec: str, holder: IdleHolder) -> None:
     if "dropped" not in final:
         session.fail_check(f"{spec} beside {n} idle: idle_conns did not finish: {first_line(holder.err)}")
         return
-    if int(final["dropped"]) != 0:
+    if final["dropped"] != 0:
         session.fail_check(f"{spec} beside {n} idle: it closed {final['dropped']} of the held connections during "
                            "the runs")
-    if final.get("after_status") != "200":
+    if final.get("after_status") != 200:
         session.fail_check(f"{spec} beside {n} idle: no answer to a new client after the connections were released")
 
 
@@ -57,6 +60,8 @@ class Idle:
     def __init__(self, session: Session, raw_csv: str):
         self.session, o = session, session.options
         self.table = CsvTable(raw_csv, SCHEMA)
+        self.counters = CsvTable(os.path.join(os.path.dirname(raw_csv), "counters.csv"), COUNTERS_SCHEMA)
+        self.counters_probed = False  # (once per run: the first run of the first server that perf counted)
         self.progress = 0
         self.total = len(o.servers) * len(o.idle_counts) * 2 * len(o.concurrencies) * int(o.repeat)
 
@@ -101,8 +106,15 @@ class Idle:
                                 s.say(f"  not run: {limit}")
                                 figures = failed(limit, "not run: ")
                             else:
-                                figures = measure_run(s, server, spec, c, rep, Target(), pass_,
-                                                      idle=f"{n}")
+                                attempt = 0
+                                figures = measure_run(s, server, spec, c, rep, Target(), pass_, idle=f"{n}")
+                                while measured_again(s, figures, attempt, server.alive()):
+                                    self.row(spec, n, keepalive, c, rep, figures)  # (marked measured again)
+                                    attempt += 1
+                                    figures = measure_run(s, server, spec, c, rep, Target(), pass_, idle=f"{n}")
+                                if not self.counters_probed and server.alive():
+                                    self.counters_probed = True
+                                    counters_cost(s, server, spec, c, Target(), pass_, figures, self.counters)
                             self.row(spec, n, keepalive, c, rep, figures)
                     o.keepalive = False
                     if holder:
@@ -112,7 +124,7 @@ class Idle:
 def failed(why: str, prefix: str = "FAILED: ") -> dict[str, str]:
     """The figures of a run that could not be made (or, with the prefix "not run: ", is past the server's limit,
     which is no failure)."""
-    return {**{name: "n/a" for name in MEASURED}, "check": prefix + no_commas(why)}
+    return {**{name: None for name in MEASURED}, "check": prefix + why}
 
 
 class _Nothing:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import shlex
 import signal
 import string
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,14 +39,10 @@ def usage() -> str:
 
 
 def command_line(argv: list[str]) -> str:
-    """The command as summary.md quotes it, each argument quoted as bash's printf %q does (as before). A packed
-    run (benchmark/pack.sh) is quoted as the two commands that make it again on a machine like its own."""
+    """The command as summary.md quotes it, each argument quoted for a POSIX shell (shlex.join). A packed run
+    (benchmark/pack.sh) is quoted as the two commands that make it again on a machine like its own."""
     program = "benchmark/pack.sh PACK && PACK/run.sh" if os.environ.get("PSP_PACKED") else "benchmark/benchmark.sh"
-    if not argv:
-        return program
-    quoted = subprocess.run(["bash", "-c", 'printf " %q" "$@"', "_", *argv], capture_output=True, text=True,
-                            check=False).stdout
-    return program + quoted
+    return " ".join([program, shlex.join(argv)]) if argv else program
 
 
 def interrupted(signum, frame) -> None:
@@ -76,7 +72,8 @@ def main(argv: list[str]) -> int:
         print(usage(), end="", flush=True)
         return 0
     except options.UsageError as error:
-        print(f"error: {error}\nrun benchmark/benchmark.sh --help for the options", file=sys.stderr, flush=True)
+        print(f"usage: benchmark/benchmark.sh [options] [SERVER...]\nerror: {error}\nrun benchmark/benchmark.sh --help "
+              "for the options", file=sys.stderr, flush=True)
         return 2
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)

@@ -1,14 +1,18 @@
 """The command line: every option, its environment variable, its default by mode, and every refusal.
 
-parse(argv, environ) returns an Options or raises UsageError, whose message the caller prints as
-`error: MESSAGE` and a pointer to --help, with exit status 2, before anything is started.
+parse(argv, environ) returns an Options or raises UsageError, whose message the caller prints after the usage
+line, as `error: MESSAGE` and a pointer to --help, with exit status 2, before anything is started. The command
+line is read by argparse (a parser built from the tables VALUED and SWITCHES below, which docs/tools/campaign.py
+also reads); validate() then fills the defaults by mode and turns every number into an int.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 ALL_SERVERS = ("01-blocking-single", "02-thread-per-conn", "03-select", "04-threadpool", "05-epoll",
                "06-io_uring", "07-asio")
@@ -30,27 +34,31 @@ class UsageError(Exception):
 
 @dataclass
 class Options:
+    """The options of a run. The fields of numbers hold the text given (the environment, the command line) until
+    validate() checks it and makes it an int; the lists (`*_list`, text) become the list fields below it."""
     mode: str = "throughput"
     server_list: str = ""
     concurrency_list: str = ""
-    requests: str = "10000"
-    repeat: str = "1"
-    warmup: str = "1000"
+    requests: int = 10000
+    repeat: int = 1
+    warmup: int = 1000
     keepalive: bool = False
     tool: str = ""
     duration: str = ""
-    wrk_threads: str = "1"
-    delay_us: str = ""
+    wrk_threads: int = 1
+    delay_us: Optional[int] = None          # None: the mode's default
     handler: str = "wait"
-    threads: str = ""
-    nginx_workers: str = ""
+    threads: Optional[int] = None           # None: the servers' own
+    nginx_workers: Optional[int] = None     # None: as --threads, else one per CPU
     pin: bool = False
     reference: bool = True
     use_perf: bool = True
+    retry_disturbed: bool = False
+    disturbed_pct: int = 10
     conn_list: str = "1000 10000 100000 1000000"
     idle_list: str = "0 1000 5000 10000"
     rate_list: str = ""
-    p99_target: str = "10"
+    p99_target: int = 10
     core_list: str = ""
     build_dir: str = ""
     no_build: bool = False
@@ -81,21 +89,22 @@ VALUED = {"-c": "concurrency_list", "--concurrency": "concurrency_list", "-n": "
           "-d": "duration", "--duration": "duration", "--wrk-threads": "wrk_threads", "--delay-us": "delay_us",
           "--handler": "handler", "--threads": "threads", "--nginx-workers": "nginx_workers", "--mode": "mode",
           "--conns": "conn_list", "--idle": "idle_list", "--rates": "rate_list", "--p99-target": "p99_target",
-          "--cores": "core_list", "--build-dir": "build_dir", "--results-dir": "results_root", "--log": "log_file"}
+          "--cores": "core_list", "--build-dir": "build_dir", "--results-dir": "results_root", "--log": "log_file",
+          "--disturbed-pct": "disturbed_pct"}
 # The switches: their names, the field, and the value they set.
 SWITCHES = {"-k": ("keepalive", True), "--keep-alive": ("keepalive", True), "--pin": ("pin", True),
             "--no-reference": ("reference", False), "--no-perf": ("use_perf", False),
-            "--no-build": ("no_build", True)}
+            "--no-build": ("no_build", True), "--retry-disturbed": ("retry_disturbed", True)}
 # The environment variable of each field, read before the command line (which wins).
 ENVIRONMENT = {"mode": "PSP_MODE", "server_list": "PSP_SERVERS", "concurrency_list": "PSP_CONCURRENCY",
                "requests": "PSP_REQUESTS", "repeat": "PSP_REPEAT", "warmup": "PSP_WARMUP", "tool": "PSP_TOOL",
                "duration": "PSP_DURATION", "wrk_threads": "PSP_WRK_THREADS", "delay_us": "PSP_DELAY_US",
                "handler": "PSP_HANDLER", "threads": "PSP_THREADS", "nginx_workers": "PSP_NGINX_WORKERS",
                "conn_list": "PSP_CONNS", "idle_list": "PSP_IDLE", "rate_list": "PSP_RATES",
-               "p99_target": "PSP_P99_TARGET", "core_list": "PSP_CORES", "build_dir": "PSP_BUILD_DIR", "results_root": "PSP_RESULTS_DIR",
-               "log_file": "PSP_LOG"}
+               "p99_target": "PSP_P99_TARGET", "core_list": "PSP_CORES", "build_dir": "PSP_BUILD_DIR",
+               "results_root": "PSP_RESULTS_DIR", "log_file": "PSP_LOG", "disturbed_pct": "PSP_DISTURBED_PCT"}
 FLAG_ENVIRONMENT = {"keepalive": "PSP_KEEPALIVE", "pin": "PSP_PIN", "reference": "PSP_REFERENCE",
-                    "use_perf": "PSP_PERF", "no_build": "PSP_NO_BUILD"}
+                    "use_perf": "PSP_PERF", "no_build": "PSP_NO_BUILD", "retry_disturbed": "PSP_RETRY_DISTURBED"}
 
 
 class Help(Exception):
@@ -115,26 +124,57 @@ def from_environment(environ: dict[str, str], repo: str, script_dir: str) -> Opt
     return options
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its refusals raised as UsageError (main prints them, with the usage line, exit status 2)."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+class Value(argparse.Action):
+    """An option's value: an empty one is refused, as a missing one is."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values == "":
+            raise argparse.ArgumentError(self, "needs a value")
+        setattr(namespace, self.dest, values)
+
+
+class Servers(argparse.Action):
+    """The SERVER words, wherever they stand among the options, added to any from PSP_SERVERS."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, getattr(namespace, self.dest, "") + "".join(" " + value for value in values))
+
+
+def parser() -> Parser:
+    """The command line's parser, from VALUED and SWITCHES; -h is handled by main (usage.txt, not argparse's)."""
+    result = Parser(prog="benchmark/benchmark.sh", usage="benchmark/benchmark.sh [options] [SERVER...]",
+                    add_help=False, allow_abbrev=False)
+    result.add_argument("-h", "--help", action="store_true", dest="help")
+    for dest in dict.fromkeys(VALUED.values()):
+        names = sorted((name for name, field_name in VALUED.items() if field_name == dest), key=len)
+        result.add_argument(*names, dest=dest, action=Value, default=argparse.SUPPRESS)
+    for dest, value in dict.fromkeys(SWITCHES.values()):
+        names = sorted((name for name, setting in SWITCHES.items() if setting == (dest, value)), key=len)
+        result.add_argument(*names, dest=dest, action="store_const", const=value, default=argparse.SUPPRESS)
+    result.add_argument("server_list", nargs="*", action=Servers, default=argparse.SUPPRESS)
+    return result
+
+
 def parse_args(argv: list[str], options: Options) -> Options:
-    index = 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg in ("-h", "--help"):
-            raise Help()
-        if arg in VALUED:
-            if index + 1 >= len(argv) or not argv[index + 1]:
-                raise UsageError(f"{arg} needs a value")
-            setattr(options, VALUED[arg], argv[index + 1])
-            index += 1
-        elif arg in SWITCHES:
-            name, value = SWITCHES[arg]
-            setattr(options, name, value)
-        elif arg.startswith("-"):
-            raise UsageError(f"unknown option {arg}")
-        else:
-            options.server_list += " " + arg
-        index += 1
+    namespace = argparse.Namespace(server_list=options.server_list)
+    args = vars(parser().parse_intermixed_args(argv, namespace))
+    if args.pop("help", False):
+        raise Help()
+    for name, value in args.items():
+        setattr(options, name, value)
     return options
+
+
+def text(value) -> str:
+    """An option's value as text: "" for None (not given)."""
+    return "" if value is None else str(value)
 
 
 def is_count(value: str) -> bool:
@@ -175,17 +215,19 @@ def validate(o: Options, has_build_target) -> Options:
         wrk_only(o, "--mode scaling uses wrk (one client thread per client CPU)", "256")
         o.duration = o.duration or "5s"
         # Both handlers unless one is named: 0 (what the I/O model costs) and 1 ms (where Little's law caps it).
-        o.delays = [int(o.delay_us)] if re.fullmatch(r"[0-9]+", o.delay_us) else [0, 1000]
-        o.delay_us = o.delay_us or "0"
+        o.delays = [int(o.delay_us)] if re.fullmatch(r"[0-9]+", text(o.delay_us)) else [0, 1000]
+        o.delay_us = text(o.delay_us) or "0"
     elif o.core_list:
         raise UsageError("--cores is for --mode scaling")
     o.duration = o.duration or "10s"
     if o.mode == "files":
         wrk_only(o, "--mode files always uses wrk (it checks the bytes read; ab cannot)", "100 1000")
-        o.delay_us = o.delay_us or "0"
+        o.delay_us = text(o.delay_us) or "0"
     o.tool = o.tool or "ab"
     o.concurrency_list = o.concurrency_list or "1 10 100 500"
-    o.delay_us = o.delay_us or "1000"
+    o.delay_us = text(o.delay_us) or "1000"
+    requests, repeat, warmup, wrk_threads, threads, nginx_workers, p99_target, disturbed_pct = map(text, (
+        o.requests, o.repeat, o.warmup, o.wrk_threads, o.threads, o.nginx_workers, o.p99_target, o.disturbed_pct))
     concurrencies, conns, idles, rates = (words(o.concurrency_list), words(o.conn_list), words(o.idle_list),
                                           words(o.rate_list))
     for value in idles:
@@ -194,8 +236,10 @@ def validate(o: Options, has_build_target) -> Options:
     for value in rates:
         if not is_count(value):
             raise UsageError(f"bad rate '{value}' (requests per second)")
-    if not is_count(o.p99_target):
-        raise UsageError(f"bad --p99-target '{o.p99_target}' (milliseconds)")
+    if not is_count(p99_target):
+        raise UsageError(f"bad --p99-target '{p99_target}' (milliseconds)")
+    if not re.fullmatch(r"[0-9]+", disturbed_pct) or int(disturbed_pct) > 100:
+        raise UsageError(f"bad --disturbed-pct '{disturbed_pct}' (a whole percentage, 0 to 100)")
     for value in concurrencies:
         if not is_count(value):
             raise UsageError(f"bad concurrency '{value}'")
@@ -204,20 +248,26 @@ def validate(o: Options, has_build_target) -> Options:
             raise UsageError(f"bad connection count '{value}'")
     if not concurrencies:
         raise UsageError("no concurrency level given")
-    checks = ((o.requests, is_count, f"bad request count '{o.requests}'"),
-              (o.repeat, is_count, f"bad repetition count '{o.repeat}'"),
-              (o.wrk_threads, is_count, f"bad wrk thread count '{o.wrk_threads}'"))
+    checks = ((requests, is_count, f"bad request count '{requests}'"),
+              (repeat, is_count, f"bad repetition count '{repeat}'"),
+              (wrk_threads, is_count, f"bad wrk thread count '{wrk_threads}'"))
     for value, test, message in checks:
         if not test(value):
             raise UsageError(message)
-    if not re.fullmatch(r"[0-9]+", o.warmup):
-        raise UsageError(f"bad warm-up count '{o.warmup}'")
+    if not re.fullmatch(r"[0-9]+", warmup):
+        raise UsageError(f"bad warm-up count '{warmup}'")
     if not re.fullmatch(r"[0-9]+", o.delay_us):
         raise UsageError(f"bad --delay-us '{o.delay_us}'")
-    if o.threads and not is_count(o.threads):
-        raise UsageError(f"bad --threads '{o.threads}'")
-    if o.nginx_workers and not is_count(o.nginx_workers):
-        raise UsageError(f"bad --nginx-workers '{o.nginx_workers}'")
+    if threads and not is_count(threads):
+        raise UsageError(f"bad --threads '{threads}'")
+    if nginx_workers and not is_count(nginx_workers):
+        raise UsageError(f"bad --nginx-workers '{nginx_workers}'")
+    # From here on, every number is an int.
+    o.requests, o.repeat, o.warmup, o.wrk_threads, o.p99_target, o.disturbed_pct = (
+        int(requests), int(repeat), int(warmup), int(wrk_threads), int(p99_target), int(disturbed_pct))
+    o.delay_us = int(o.delay_us)
+    o.threads = int(threads) if threads else None
+    o.nginx_workers = int(nginx_workers) if nginx_workers else None
     if o.handler not in ("wait", "sleep", "spin"):
         raise UsageError("--handler must be wait, sleep or spin")
     if o.tool not in ("ab", "wrk"):
@@ -234,7 +284,7 @@ def validate(o: Options, has_build_target) -> Options:
     o.rates = [int(value) for value in rates]
     if o.tool == "ab":
         for value in o.concurrencies:
-            if value > int(o.requests):
+            if value > o.requests:
                 raise UsageError(f"concurrency {value} is above the request count {o.requests} (ab refuses it)")
     if o.mode == "scaling":
         o.cores = scaling_cores(o.core_list)
@@ -244,11 +294,11 @@ def validate(o: Options, has_build_target) -> Options:
             raise UsageError("--mode scaling takes one connection count (-c N)")
     o.servers = resolve_servers(o, has_build_target)
     # The floor is a row wherever its bare loops do what the servers do: keep-alive wrk runs without a handler.
-    if o.reference and (o.mode == "scaling" or (o.mode == "throughput" and o.tool == "wrk" and o.delay_us == "0")):
+    if o.reference and (o.mode == "scaling" or (o.mode == "throughput" and o.tool == "wrk" and o.delay_us == 0)):
         o.servers.append(FLOOR)
     if o.reference:
         o.servers.append("nginx")
-    o.nginx_workers = o.nginx_workers or o.threads or str(len(os.sched_getaffinity(0)))
+    o.nginx_workers = o.nginx_workers or o.threads or len(os.sched_getaffinity(0))
     return o
 
 

@@ -6,7 +6,9 @@ A process that exits meanwhile simply stops counting.
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
 import os
 import subprocess
 import threading
@@ -163,13 +165,13 @@ def probe_perf(use_perf: bool) -> str:
     return "n/a (perf cannot count syscalls)"
 
 
-def perf_count(perf_txt: str, event: str) -> str:
-    """An event's count in perf stat -x, output (the first field of the line whose third is EVENT)."""
-    for line in read(perf_txt).split("\n"):
-        cells = line.split(",")
-        if len(cells) > 2 and cells[2] == event:
+def perf_count(perf_txt: str, event: str) -> int | None:
+    """An event's count in perf stat's -x, output, read with the csv module (the first field of the row whose third
+    is EVENT); None when perf wrote no such row, or `<not counted>`."""
+    for row in csv.reader(io.StringIO(read(perf_txt))):
+        if len(row) > 2 and row[2] == event:
             try:
-                return "%d" % float(cells[0])
+                return int(float(row[0]))
             except ValueError:
-                return "0"
-    return ""
+                return None
+    return None

@@ -18,14 +18,15 @@ from __future__ import annotations
 import http.client
 import os
 
-from . import sample, tools
-from .measure import begin_pass
+from . import disturbance, sample, tools
+from .measure import begin_pass, measured_again
 from .options import FLOOR
 from .servers import Server, server_flags
-from .session import BODY_BYTES, CsvTable, Session, no_commas, ratio, read
+from .session import BODY_BYTES, CsvTable, Session, ratio, read
 
 SCHEMA = ("server", "cores", "connection", "delay_us", "repetition", "requests_per_s", "p99_ms", "complete",
-          "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct", "check")
+          "failed", "non2xx", "cpu_us_per_req", "server_cpus", "rps_per_cpu", "client_busy_pct",
+          *disturbance.COLUMNS, "check")
 CONNECTIONS = ("keep-alive", "close")  # the `connection` column: how the client uses its connections
 WARM_UP, WARM_UP_S = "1s", 1  # wrk's warm-up of each server started: page faults, thread pools, the accept queue
 
@@ -87,7 +88,7 @@ class Scaling:
     def flags(self, spec: str, k: int, delay: int, loads: list[str]) -> list[str] | None:
         """The server's flags for K cores (nginx: its workers, set in the options it reads)."""
         if spec == "nginx":
-            self.session.options.nginx_workers = str(k)
+            self.session.options.nginx_workers = k
             return None
         flags = server_flags(self.session, spec, threads=str(k), delay_us=str(delay))
         if spec == FLOOR and loads == ["close"]:
@@ -106,13 +107,20 @@ class Scaling:
                 s.fail_check(f"{spec} K={k}: {problem}")
                 for load in loads:
                     self.progress += 1
-                    self.row(spec, k, load, delay, rep, {"check": "FAILED: " + no_commas(problem)})
+                    self.row(spec, k, load, delay, rep, {"check": "FAILED: " + problem})
                 return
             self.wrk(server, k, loads[0], "warm-up", WARM_UP, WARM_UP_S)
             for load in loads:
                 self.progress += 1
                 s.say(f"[{self.progress}/{self.total}] {spec} K={k} {load} --delay-us {delay}")
-                self.row(spec, k, load, delay, rep, self.measure(server, spec, k, load))
+                attempt = 0
+                while True:
+                    figures = self.measure(server, spec, k, load)
+                    again = measured_again(s, figures, attempt, server.alive())  # (marks the row first)
+                    self.row(spec, k, load, delay, rep, figures)
+                    if not again:
+                        break
+                    attempt += 1
                 if not server.alive():
                     server.stop()  # (which reaps it: its exit status)
                     s.fail_check(f"{spec} K={k} died (exit status {server.exit})")
@@ -123,7 +131,7 @@ class Scaling:
 
     def row(self, spec: str, k: int, load: str, delay: int, rep: int, figures: dict[str, str]) -> None:
         key = {"server": spec, "cores": k, "connection": load, "delay_us": delay, "repetition": rep}
-        self.table.add({**key, **{name: figures.get(name, "n/a") for name in SCHEMA if name not in key}})
+        self.table.add({**key, **{name: figures.get(name) for name in SCHEMA if name not in key}})
 
     def wrk(self, server: Server, k: int, load: str, what: str, duration: str, seconds: int) -> tools.Record:
         """wrk on the client's CPUs, one thread per CPU, its output appended to the log."""
@@ -145,14 +153,15 @@ class Scaling:
         s, o = self.session, self.session.options
         cpus = client_cpus(k, s.cpus)
         ticks_before, client_before = sample.cpu_ticks(server.pids), sample.cpu_times(cpus)
-        record = self.wrk(server, k, load, "run", o.duration, o.duration_s)
+        with disturbance.Window(server.pids, o.disturbed_pct) as window:
+            record = self.wrk(server, k, load, "run", o.duration, o.duration_s)
         ticks, client_after = sample.cpu_ticks(server.pids) - ticks_before, sample.cpu_times(cpus)
         f, problems = record.figures, []
         if record.status != 0:
             problems.append(f"wrk exited with status {record.status}")
-        if f["failed"] != "0":
+        if f["failed"] != 0:
             problems.append(f"socket errors: {f['failed']}")
-        if f["non2xx"] != "0":
+        if f["non2xx"] != 0:
             problems.append(f"non-2xx responses: {f['non2xx']}")
         if not server.alive():
             problems.append("the server died")
@@ -161,14 +170,15 @@ class Scaling:
         cpu_s = ticks / sample.TICKS_PER_S
         figures = {"requests_per_s": f["rps"], "p99_ms": f["p99_ms"], "complete": f["complete"],
                    "failed": f["failed"], "non2xx": f["non2xx"],
-                   "cpu_us_per_req": ratio(cpu_s * 1e6, f["complete"], "%.2f"),
-                   "server_cpus": ratio(cpu_s, o.duration_s, "%.2f"),
-                   "rps_per_cpu": ratio(f["complete"], cpu_s, "%.0f"),
-                   "client_busy_pct": "%.0f" % sample.busy_percent(client_before, client_after),
-                   "check": "FAILED: " + ";".join(no_commas(p) for p in problems) if problems else "ok"}
+                   "cpu_us_per_req": ratio(cpu_s * 1e6, f["complete"], 2),
+                   "server_cpus": ratio(cpu_s, o.duration_s, 2),
+                   "rps_per_cpu": ratio(f["complete"], cpu_s, 0),
+                   "client_busy_pct": round(sample.busy_percent(client_before, client_after)),
+                   "check": "FAILED: " + ";".join(problems) if problems else "ok", **window.result.columns()}
         for line in record.output.split("\n"):
             if "Requests/sec" in line or "Socket errors" in line or "Non-2xx" in line:
                 s.say("  " + line.strip())
         s.say(f"  server: {figures['cpu_us_per_req']} µs CPU per request, {figures['server_cpus']} CPUs busy, "
               f"{figures['rps_per_cpu']} req per CPU second; client CPUs {figures['client_busy_pct']} % busy")
+        s.say(f"  {window.result.sentence()}")
         return figures

@@ -10,6 +10,7 @@ A spec is FOLDER[:FLAG...] (see options.resolve_servers); nginx, the reference, 
 from __future__ import annotations
 
 import grp
+import json
 import os
 import random
 import re
@@ -50,9 +51,9 @@ def variant_flags(spec: str) -> list[str]:
     return flags
 
 
-def threads_of(spec: str, threads: str, cpus: int) -> str:
+def threads_of(spec: str, threads: int | str | None, cpus: int) -> str:
     """The threads a server runs with: its variant's --threads, else --threads, else one per CPU."""
-    value = threads or str(cpus)
+    value = str(threads or cpus)
     flags = variant_flags(spec)
     for previous, current in zip(flags, flags[1:]):
         if previous == "--threads":
@@ -60,13 +61,13 @@ def threads_of(spec: str, threads: str, cpus: int) -> str:
     return value
 
 
-def is_single_threaded(spec: str, threads: str, nginx_workers: str, cpus: int) -> bool:
+def is_single_threaded(spec: str, threads: int | None, nginx_workers: int | None, cpus: int) -> bool:
     if spec.startswith(("01-", "03-")):
         return True
     if spec.startswith(("05-", "06-", "07-")):
         return threads_of(spec, threads, cpus) == "1"
     if spec == "nginx":
-        return nginx_workers == "1"
+        return nginx_workers == 1
     return False
 
 
@@ -76,7 +77,8 @@ def server_flags(session: Session, spec: str, threads: str = "", delay_us: str =
     override the options' (--mode scaling sets them for each row). The floor takes only --threads and
     --delay-us 0: it has no handler."""
     o = session.options
-    threads, delay_us = threads or o.threads, delay_us or o.delay_us
+    threads = threads or ("" if o.threads is None else str(o.threads))
+    delay_us = delay_us or str(o.delay_us)
     if spec == FLOOR:
         return ["--delay-us", "0", *(["--threads", threads] if threads else [])]
     flags = ["--delay-us", delay_us, "--handler", o.handler]
@@ -90,21 +92,54 @@ def server_flags(session: Session, spec: str, threads: str = "", delay_us: str =
     return flags + variant_flags(spec)
 
 
+QUERY = os.path.join(".cmake", "api", "v1", "query", "client-psp-benchmark", "codemodel-v2")
+REPLY = os.path.join(".cmake", "api", "v1", "reply")
+
+
 def build_target(build_dir: str, name: str) -> str:
     """The CMake target that builds BUILD/NAME/run_server: server_NN for the seven chapters; for another folder (an
-    optional build, e.g. 07-asio-uring), the target whose rule in the generated Makefiles writes that file. ""
-    when there is none (another generator, or a binary put there by hand)."""
+    optional build, e.g. 07-asio-uring), the target whose artifact that file is, as CMake's file API says (any
+    generator). "" when there is none (a binary put there by hand, or a folder CMake does not configure)."""
     if name in ALL_SERVERS:
         return f"server_{name[:2]}"
-    listing = os.path.join(build_dir, "CMakeFiles", "TargetDirectories.txt")
-    rule = f"{name}/run_server:"
-    for directory in read(listing).split("\n"):
-        if not directory:
-            continue
-        for line in read(os.path.join(directory, "build.make")).split("\n"):
-            if line.startswith(rule) or "/" + rule in line:
-                return os.path.basename(directory).removesuffix(".dir")
-    return ""
+    return cmake_artifacts(build_dir).get(f"{name}/run_server", "")
+
+
+def cmake_artifacts(build_dir: str) -> dict[str, str]:
+    """Artifact path (relative to BUILD) -> its target's name, from the codemodel reply of CMake's file API. With no
+    reply yet in a configured BUILD, asks for one (a query file) and lets CMake configure again to write it."""
+    replies = reply_index(build_dir)
+    if replies is None and os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+        os.makedirs(os.path.dirname(os.path.join(build_dir, QUERY)), exist_ok=True)
+        open(os.path.join(build_dir, QUERY), "a", encoding="ascii").close()
+        subprocess.run(["cmake", build_dir], capture_output=True, check=False)
+        replies = reply_index(build_dir)
+    artifacts: dict[str, str] = {}
+    try:
+        codemodel = replies["reply"]["client-psp-benchmark"]["codemodel-v2"]["jsonFile"]
+        with open(os.path.join(build_dir, REPLY, codemodel), encoding="utf-8") as file:
+            configurations = json.load(file)["configurations"]
+        for target in configurations[0]["targets"] if configurations else []:
+            with open(os.path.join(build_dir, REPLY, target["jsonFile"]), encoding="utf-8") as file:
+                details = json.load(file)
+            for artifact in details.get("artifacts", []):
+                artifacts[os.path.normpath(artifact["path"])] = details["name"]
+    except (TypeError, KeyError, IndexError, OSError, ValueError):
+        return artifacts
+    return artifacts
+
+
+def reply_index(build_dir: str) -> dict | None:
+    """The newest index-*.json of the file API's reply folder (None when there is none)."""
+    try:
+        indexes = sorted(name for name in os.listdir(os.path.join(build_dir, REPLY))
+                         if name.startswith("index-") and name.endswith(".json"))
+        if not indexes:
+            return None
+        with open(os.path.join(build_dir, REPLY, indexes[-1]), encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
 
 
 def children_of(pid: int) -> list[int]:

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .analyse import cell_text, ratio  # noqa: F401  (ratio: for the modes)
 from .options import Options
 
 BODY_BYTES = 1024  # what every server (and the nginx reference) answers; ab must report exactly this
@@ -39,20 +40,6 @@ def cpu_count() -> int:
 
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-
-
-def ratio(a, b, form: str = "%.2f") -> str:
-    """a / b in FORM, or n/a when b is zero or missing or a is unknown (as the awk it replaces)."""
-    try:
-        divisor = float(b)
-    except (TypeError, ValueError):
-        divisor = 0.0
-    if divisor == 0 or a == "n/a":
-        return "n/a"
-    try:
-        return form % (float(a) / divisor)
-    except (TypeError, ValueError):
-        return form % 0.0
 
 
 @dataclass
@@ -147,8 +134,8 @@ def command_output(command: list[str]) -> str:
 
 class CsvTable:
     """A CSV file whose header and rows come from one field list (a mode's schema), through csv.DictWriter: a row
-    must give exactly the schema's fields, so a column cannot drift from its name. Cells are written as they are
-    (no quoting: the values never hold a comma, the checks' texts have theirs taken out)."""
+    must give exactly the schema's fields, so a column cannot drift from its name. Ordinary quoting (a cell with
+    a comma or a quote is quoted); a value is written through analyse.cell_text (None as n/a, numbers as numbers)."""
 
     def __init__(self, path: str, fields: tuple[str, ...]):
         self.path, self.fields = path, fields
@@ -156,16 +143,11 @@ class CsvTable:
             self.writer(file).writeheader()
 
     def writer(self, file) -> csv.DictWriter:
-        return csv.DictWriter(file, fieldnames=self.fields, lineterminator="\n", quoting=csv.QUOTE_NONE,
-                              quotechar=None, extrasaction="raise")
+        return csv.DictWriter(file, fieldnames=self.fields, lineterminator="\n", extrasaction="raise")
 
     def add(self, row: dict[str, object]) -> None:
         missing = [name for name in self.fields if name not in row]
         if missing:
             raise ValueError(f"{os.path.basename(self.path)}: a row without {', '.join(missing)}")
         with open(self.path, "a", encoding="utf-8", newline="") as file:
-            self.writer(file).writerow(row)
-
-
-def no_commas(text: str) -> str:
-    return text.replace(",", "")
+            self.writer(file).writerow({name: cell_text(value) for name, value in row.items()})

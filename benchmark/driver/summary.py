@@ -1,7 +1,7 @@
 """The end of a run: summary.csv (the median of the repetitions), summary.md (what ran, where, and the tables),
 the plot, and fingerprints.json (what code each server was built from, when docs/tools/fingerprint.py exists).
 
-The arithmetic and the formats are analyse.py's (tested byte for byte against committed runs); this module says
+The arithmetic and the formats are analyse.py's (tested against the committed runs); this module says
 which of its tables each mode shows, and writes the page around them.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .session import BODY_BYTES, FILES, Session, command_output, have, which
 from .scaling import WARM_UP
-from .tools import analyse
+from . import analyse, disturbance
 
 CONN_PROBES = 100     # --mode connections: new clients timed one after another beside the held connections
 IDLE_WINDOW_S = 5     # --mode connections: how long the server's CPU time is watched while the connections idle
@@ -35,14 +35,14 @@ class Context:
 def summarize(raw_csv: str, summary_csv: str, mode: str = "") -> None:
     """raw.csv -> summary.csv: the columns before `repetition` are the row's key; the median of the others (and,
     in --mode scaling, the ratio to the floor and the client-bound mark)."""
-    lines = analyse.summarize(analyse.read_lines(raw_csv))
+    rows = analyse.summarize(analyse.read_rows(raw_csv))
     if mode == "scaling":
-        lines = analyse.scaling_columns(lines)
-    analyse.write_text(summary_csv, "".join(f"{line}\n" for line in lines))
+        rows = analyse.scaling_columns(rows)
+    analyse.write_text(summary_csv, analyse.csv_text(rows))
 
 
 def table(kind: str, csv_path: str, tool: str = "ab") -> list[str]:
-    return analyse.markdown_table(analyse.table_columns(kind, tool), analyse.read_lines(csv_path))
+    return analyse.markdown_table(analyse.table_columns(kind, tool), analyse.read_rows(csv_path))
 
 
 def tables(session: Session, results_dir: str) -> list[str]:
@@ -58,13 +58,12 @@ def tables(session: Session, results_dir: str) -> list[str]:
     if o.mode == "scaling":
         return table("scaling", summary_csv)
     if o.mode == "latency":
-        return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_lines(summary_csv),
+        return [*table("latency", summary_csv), "", *analyse.knees(analyse.read_rows(summary_csv),
                                                                    float(o.p99_target))]
     # connections: from raw.csv, one run per row; then the slabs of the rows whose kernel memory was measured.
-    lines = analyse.read_lines(raw_csv)
-    column = lines[0].split(",").index("slabs")
-    measured = [lines[0]] + [line for line in lines[1:]
-                             if len(line.split(",")) > column and line.split(",")[column] not in ("", "n/a")]
+    rows = analyse.read_rows(raw_csv)
+    column = rows[0].index("slabs")
+    measured = [rows[0]] + [row for row in rows[1:] if len(row) > column and row[column] not in ("", "n/a")]
     return [*table("connections", raw_csv), "",
             *analyse.markdown_table(analyse.table_columns("slabs"), measured)]
 
@@ -164,6 +163,9 @@ def header(session: Session, context: Context) -> list[str]:
         wrk = ", " + " ".join(command_output(["wrk", "-v"]).split("\n", 1)[0].split()[:2])
     lines.append(f"- Tools: {wrk[2:] if o.mode == 'scaling' else 'ab ' + m['ab_version'] + wrk}")
     lines.append(f"- Before the run: CPUs {context.busy} % busy, load average {context.start_load}")
+    if o.mode != "connections":
+        lines.append(disturbance.describe(o.disturbed_pct, o.retry_disturbed))
+    lines.append(counters_note(session, context.results_dir))
     if session.failures:
         lines.append(f"- **Checks: {session.failures} failed** (see the check column and {session.log_file})")
     else:
@@ -171,8 +173,44 @@ def header(session: Session, context: Context) -> list[str]:
     return lines
 
 
+def counters_note(session: Session, results_dir: str) -> str:
+    """What the per-request counters (perf stat -p around the load tool) cost, from counters.csv: the same run with
+    them and without, back to back (measure.counters_cost); or why there is nothing to compare."""
+    o = session.options
+    if o.mode in ("latency", "scaling", "connections"):
+        return ("- Counters cost: none to state: this mode runs no per-request counters (the server's CPU time is "
+                "read from /proc before and after each run)")
+    if session.perf_state != "ok":
+        return (f"- Counters cost: none to state: no per-request counters ran ({session.perf_state}); CPU from "
+                "/proc only")
+    path = os.path.join(results_dir, "counters.csv")
+    rows = analyse.records(analyse.read_rows(path)) if os.path.isfile(path) else []
+    pair = {row["counters"]: row for row in rows}
+    if set(pair) != {"perf stat", "none"}:
+        return "- Counters cost: not measured in this run (the first server's first run did not complete with perf)"
+    counted, bare = pair["perf stat"], pair["none"]
+    cpu_with, cpu_without = analyse.number(counted["cpu_us_per_req"]), analyse.number(bare["cpu_us_per_req"])
+    rps_with, rps_without = analyse.number(counted["requests_per_s"]), analyse.number(bare["requests_per_s"])
+    change = analyse.ratio((cpu_with or 0) - (cpu_without or 0), cpu_without, 3)
+    cpu = (f"CPU {counted['cpu_us_per_req']} µs/req with perf stat counting, {bare['cpu_us_per_req']} without"
+           + (f" ({change * 100:+.0f} %)" if change is not None else ""))
+    rps = f"{rps_with:.0f} and {rps_without:.0f} req/s" if rps_with and rps_without else "req/s not measured"
+    others = [analyse.number(row["other_cpu_pct"]) for row in (counted, bare)]
+    caveat = ""
+    if any(other is not None and other > o.disturbed_pct for other in others):
+        caveat = (f"; other processes took {counted['other_cpu_pct']} and {bare['other_cpu_pct']} % of the CPUs "
+                  "during the two: disturbed")
+    return (f"- Counters cost: {counted['server']} at c={counted['concurrency']}, the same run with perf stat -p "
+            f"counting syscalls and context switches and without, back to back: {cpu}; {rps} (counters.csv; one "
+            f"pair of runs, as noisy as any single run{caveat}). The CPU µs/req column above includes that cost")
+
+
 def write_summary(session: Session, context: Context) -> None:
     lines = [*header(session, context), "", *tables(session, context.results_dir), ""]
+    passes = disturbance.passes_table(analyse.read_rows(os.path.join(context.results_dir, "raw.csv")))
+    if passes:
+        lines += ["Disturbance (other processes' share of all CPUs during each run, in the order of the run):", "",
+                  *passes, ""]
     if session.warnings:
         lines += ["Warnings:", *(f"- {warning}" for warning in session.warnings), ""]
     lines.append(f"Columns are explained in benchmark/README.md. Full outputs: {session.log_file}.")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .measure import MEASURED, Target, begin_pass, measure_run, warm_up
+from .measure import (COUNTERS_SCHEMA, MEASURED, Target, begin_pass, counters_cost, measure_run, measured_again,
+                      warm_up)
 from .servers import Server
-from .session import FILES, CsvTable, Session, no_commas
+from .session import FILES, CsvTable, Session
 
 # raw.csv's columns. The summary keeps the columns before `repetition` as the row's key, takes the median of the
 # others over the repetitions, and sums failed + non2xx into `failures`.
@@ -81,6 +82,8 @@ class Sweep:
         self.session, o = session, session.options
         self.targets = targets(o.mode)
         self.table = CsvTable(raw_csv, schema(o.mode))
+        self.counters = CsvTable(os.path.join(os.path.dirname(raw_csv), "counters.csv"), COUNTERS_SCHEMA)
+        self.counters_probed = False  # (once per run: the first run of the first server that perf counted)
         self.progress = 0
         self.total = len(o.servers) * len(self.targets) * len(o.concurrencies) * int(o.repeat)
 
@@ -102,8 +105,8 @@ class Sweep:
 
     def failed_row(self, spec: str, target: Target, c: int, rep: int, why: str) -> None:
         """A row for a run that could not be made: every figure n/a, and the check says why."""
-        figures = {name: "n/a" for name in self.table.fields}
-        figures["check"] = "FAILED: " + no_commas(why)
+        figures = {name: None for name in self.table.fields}
+        figures["check"] = "FAILED: " + why
         self.row(spec, target, c, rep, figures)
 
     def benchmark_server(self, spec: str, rep: int) -> None:
@@ -142,7 +145,17 @@ class Sweep:
                     runs_left -= 1
                     s.say(f"[{self.progress}/{self.total}] {spec}{' ' + target.file if target.file else ''} c={c}"
                           f"{pass_.label}")
-                    self.row(spec, target, c, rep, measure_run(s, server, spec, c, rep, target, pass_))
+                    attempt = 0
+                    while True:
+                        figures = measure_run(s, server, spec, c, rep, target, pass_)
+                        again = measured_again(s, figures, attempt, server.alive())  # (marks the row first)
+                        self.row(spec, target, c, rep, figures)
+                        if not again:
+                            break
+                        attempt += 1
+                    if not self.counters_probed and server.alive():
+                        self.counters_probed = True
+                        counters_cost(s, server, spec, c, target, pass_, figures, self.counters)
                     if not server.alive():
                         server.stop()
                         s.error(f"  {spec} died (exit status {server.exit}); skipping its remaining runs in this "

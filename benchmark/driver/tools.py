@@ -1,24 +1,22 @@
 """The load tools, ab, wrk, openloop and idle_conns: each run is one function that returns a record (its exact
 command, its exit status, its raw output for the log, and the figures read from it).
 
-Every client runs under `timeout`, which puts it in a process group of its own and passes a SIGTERM on to all of
-it (perf, taskset, ab): stopping that one PID stops the whole chain, and on Ctrl-C run_client does so before it
-lets the interruption go on.
+Every client runs in a process group of its own (subprocess's start_new_session), so that one signal to the group
+reaches the whole chain (perf, taskset, ab): past its time limit run_client sends the group SIGTERM, then SIGKILL
+5 s later, and on Ctrl-C it stops the group before it lets the interruption go on.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import analyse  # noqa: E402  (benchmark/analyse.py: the parsers, tested against recorded outputs)
-
-from .session import PERF_EVENTS, read  # noqa: E402
+from . import analyse  # the parsers, tested against recorded outputs
+from .session import PERF_EVENTS, read
 
 SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRK_DONE = os.path.join(SCRIPT_DIR, "wrk_done.lua")
@@ -33,17 +31,38 @@ class Record:
     figures: dict[str, str] = field(default_factory=dict)
 
 
-def run_client(seconds: int, command: list[str], out: str, err: str | None = None) -> int:
-    """Runs COMMAND under timeout, its output into OUT (and its errors into ERR, or OUT too); its exit status
-    (124 or 137 when it ran past SECONDS)."""
-    with open(out, "wb") as stdout, open(err or os.devnull, "wb") as stderr:
-        process = subprocess.Popen(["timeout", "--kill-after=5", str(seconds), *command], stdout=stdout,
-                                   stderr=stdout if err is None else stderr, stdin=subprocess.DEVNULL)
+TIMED_OUT = 124  # run_client's status for a client stopped at its time limit (as timeout(1) said it)
+KILL_AFTER_S = 5  # how long a client stopped at its limit has to leave before SIGKILL
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the client's process group, SIGKILL KILL_AFTER_S later if anything of it is still there."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            return process.wait()
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=KILL_AFTER_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
+
+
+def run_client(seconds: float, command: list[str], out: str, err: str | None = None) -> int:
+    """Runs COMMAND in a process group of its own, its output into OUT (and its errors into ERR, or OUT too); its
+    exit status, or TIMED_OUT when it ran past SECONDS (and was stopped, with all it started)."""
+    with open(out, "wb") as stdout, open(err or os.devnull, "wb") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stdout if err is None else stderr,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            stop_group(process)
+            return TIMED_OUT
         except BaseException:  # Ctrl-C, SIGTERM: stop the client before leaving
-            process.send_signal(signal.SIGTERM)
-            process.wait()
+            stop_group(process)
             raise
 
 
@@ -83,9 +102,20 @@ def perf_wrap(pids: list[int], perf_txt: str) -> list[str]:
     return ["perf", "stat", "-x", ",", "-e", PERF_EVENTS, "-p", ",".join(map(str, pids)), "-o", perf_txt, "--"]
 
 
-def key_values(line: str) -> dict[str, str]:
-    """`a=1 b=2` -> {"a": "1", "b": "2"} (the lines openloop and idle_conns print)."""
-    return {word.split("=", 1)[0]: word.split("=", 1)[1] for word in line.split() if "=" in word}
+def typed_value(text: str):
+    """One value of such a line: an int ("200", "000"), a float ("1.286"), None for "n/a", else the text."""
+    if text == "n/a":
+        return None
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    figure = analyse.number(text)
+    return text if figure is None else figure
+
+
+def key_values(line: str) -> dict:
+    """`a=1 b=2.5 c=n/a d=refused` -> {"a": 1, "b": 2.5, "c": None, "d": "refused"} (the lines openloop and
+    idle_conns print), each value typed by typed_value."""
+    return {word.split("=", 1)[0]: typed_value(word.split("=", 1)[1]) for word in line.split() if "=" in word}
 
 
 def openloop(binary: str, port: int, rate: int, seconds: int, connections: int, keepalive: bool, prefix: list[str],

@@ -207,7 +207,9 @@ def command_key(words):
             value = " ".join(value.replace(",", " ").split())
         settings[name] = value
     for name in list(settings):
-        if name in NOT_MEASURED or settings[name] == getattr(defaults, name, None):
+        default = getattr(defaults, name, None)  # (the driver's numbers are ints: compared as the text given)
+        if name in NOT_MEASURED or settings[name] == default or (
+                not isinstance(default, bool) and default is not None and settings[name] == str(default)):
             del settings[name]
     return tuple(sorted(settings.items())), tuple(servers)
 

@@ -650,6 +650,11 @@ class RawRuns:
         if not table or table[0][0] != "server":
             raise BlockError(f"{path} is not a benchmark raw.csv (its first column should be `server`)")
         self.path, self.header, self.rows = path, table[0], table[1:]
+        # A run the benchmark measured again because it was disturbed (--retry-disturbed; --mode latency) stays in
+        # raw.csv marked `measured again`, and counts no more than it does in the summary.
+        if "disturbed" in self.header:
+            marked = self.header.index("disturbed")
+            self.rows = [row for row in self.rows if cell_of(row, marked) != "measured again"]
         if "repetition" not in self.header:
             raise BlockError(f"{path} has no repetition column, so there are no repeated runs to chart "
                              f"(a --mode connections run has one row per point)")

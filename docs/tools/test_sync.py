@@ -316,6 +316,17 @@ class SyncTest(ScratchFiles, unittest.TestCase):
         self.assertEqual(self.run_sync("--check")[0], 0)
         self.assertEqual(self.run_sync()[1].count("refreshed"), 0)  # idempotent
 
+    def test_chart_leaves_out_a_run_measured_again(self):
+        # A raw.csv with the disturbance columns: the run measured again (a disturbed 100 req/s) is not a bar's.
+        raw = RAW.replace(",check\n", ",other_cpu_pct,steal_pct,disturbed,check\n", 1).replace(
+            ",ok\n", ",1,0,no,ok\n") + "05-epoll,10,3,100.00,60.0,70,0,measured again,ok\n"
+        self.write("benchmark/results/R1/raw.csv", raw)
+        self.write("docs/README.md", "# C\n\n<!-- chart: benchmark/results/R1/raw.csv y=requests_per_s rows=05 "
+                                     "out=docs/charts/t.svg -->\n")
+        code, report = self.run_sync()
+        self.assertEqual(code, 0, report)
+        self.assertIn("05-epoll at c = 10: median 7000, min 6500, max 7200;", self.read("docs/charts/t.svg"))
+
     def test_median_of_an_even_count(self):
         self.assertEqual(sync.median([4.0, 1.0, 3.0, 2.0]), 2.5)
         self.assertEqual(sync.median([5.0]), 5.0)

@@ -1,38 +1,43 @@
-#!/usr/bin/env python3
-"""analyse.py: what benchmark.sh does with the numbers once a load tool has run.
+"""analyse.py, a module of the driver: what the benchmark does with the numbers once a load tool has run.
 
-benchmark.sh drives the benchmark (it builds, starts and stops the servers, runs ab or wrk, reads the servers'
-CPU time from /proc) and calls this script for everything that is arithmetic or formatting:
+The driver (benchmark/driver/) builds, starts and stops the servers and runs the load tools; this module does the
+arithmetic and the formatting, and keeps a command line for use by hand (`python3 -m driver.analyse`, with
+benchmark/ as the working directory or on PYTHONPATH):
 
-  analyse.py parse ab RUN_OUT [--percentiles CSV]   one run's figures, on one line of key=value (parse_output)
-  analyse.py parse wrk RUN_OUT                       the same from wrk, read from the line of wrk_done.lua
-  analyse.py summarize RAW_CSV                       raw.csv -> summary.csv, the median of the repetitions
-  analyse.py table KIND CSV [--tool wrk]             summary.csv (connections: raw.csv) -> a Markdown table
-  analyse.py table custom CSV --columns SPEC         a table with ad-hoc columns (markdown_table's SPEC)
-  analyse.py plot SUMMARY_CSV DIR --title T [--tool wrk]   DIR/plot.dat, and plot.svg and plot.png by gnuplot
-  analyse.py plot SUMMARY_CSV DIR --mode idle|latency [--target MS]   the same, from the PANELS of that mode
-  analyse.py plot RAW_CSV DIR --mode connections     one stacked bar per server: user and kernel KiB/connection
-  analyse.py knee SUMMARY_CSV [--target MS]          the latency mode: each server's knee, a Markdown table
+  parse ab RUN_OUT [--percentiles CSV]   one run's figures, on one line of key=value ("n/a" for a missing one)
+  parse wrk RUN_OUT                       the same from wrk, read from the line of wrk_done.lua
+  summarize RAW_CSV                       raw.csv -> summary.csv, the median of the repetitions
+  table KIND CSV [--tool wrk]             summary.csv (connections: raw.csv) -> a Markdown table
+  table custom CSV --columns SPEC         a table with ad-hoc columns (markdown_table's SPEC)
+  plot SUMMARY_CSV DIR --title T [--tool wrk]   DIR/plot.dat, and plot.svg and plot.png by gnuplot
+  plot SUMMARY_CSV DIR --mode idle|latency|scaling [--target MS]   the same, from the PANELS of that mode
+  plot RAW_CSV DIR --mode connections     one stacked bar per server: user and kernel KiB/connection
+  knee SUMMARY_CSV [--target MS]          the latency mode: each server's knee, a Markdown table
 
-Python 3 standard library only; unit tests in test_analyse.py (`python3 -m unittest -v test_analyse`).
-
-The summary used to be computed in awk, and its output must not change, byte for byte: summary.csv files are
-compared across runs and quoted in the chapters. So the numbers are turned into text the way awk turns them
-(see awk_text), and the median keeps a value as it was written in raw.csv whenever it is one of the values.
+CSV files are read and written with the csv module (ordinary quoting: a cell with a comma or a quote is quoted).
+A figure is a number, or None when it is missing: a cell that is not a plain number ("n/a", "n/a (perf missing)",
+"") stands for None, and None is written "n/a". Python 3 standard library only; unit tests in test_analyse.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
-from typing import Callable, NamedTuple, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 # ---- Text in, text out -------------------------------------------------------------------------------------
-# Files are read and written byte for byte: UTF-8, and any byte that is not UTF-8 carried through unchanged
-# (surrogateescape) rather than refused, whatever the locale says.
+# Files are read and written as UTF-8, any byte that is not UTF-8 carried through unchanged (surrogateescape)
+# rather than refused, whatever the locale says.
+
+Rows = list  # a CSV's rows, each a list of cells; the first row is the header
+MISSING = "n/a"  # how a missing figure (None) is written in a CSV cell and a table
 
 
 def read_text(path: str) -> str:
@@ -40,13 +45,26 @@ def read_text(path: str) -> str:
         return file.read()
 
 
-def read_lines(path: str) -> list[str]:
-    """The lines of a CSV file, without their line ends; blank lines are left out (raw.csv has none). A file
-    without even a header is an error."""
-    lines = [line for line in read_text(path).split("\n") if line != ""]
-    if not lines:
+def parse_rows(text: str) -> Rows:
+    """A CSV's text -> its rows (csv.reader); blank lines are left out."""
+    return [row for row in csv.reader(io.StringIO(text)) if row]
+
+
+def read_rows(path: str) -> Rows:
+    """The rows of a CSV file. A file without even a header is an error."""
+    rows = parse_rows(read_text(path))
+    if not rows:
         raise ValueError(f"{path} is empty")
-    return lines
+    return rows
+
+
+def csv_text(rows: Rows) -> str:
+    """Rows -> CSV text: the csv module's ordinary quoting, \n line ends, each cell through cell_text."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([cell_text(value) for value in row])
+    return out.getvalue()
 
 
 def write_text(path: str, text: str) -> None:
@@ -54,59 +72,75 @@ def write_text(path: str, text: str) -> None:
         file.write(text)
 
 
-def print_lines(lines: list[str]) -> None:
-    sys.stdout.buffer.write("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
+def print_text(text: str) -> None:
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
     sys.stdout.flush()
 
 
-# ---- Numbers as awk reads and writes them -------------------------------------------------------------------
-
-# What awk's `value + 0` reads: the longest number at the start of the text ("12 ms" is 12, "n/a" is 0).
-LEADING_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
-# A value that awk compares as a number rather than as text: nothing but a number, blanks around it allowed.
-NUMERIC_TEXT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*", re.ASCII)
-# A count of requests in raw.csv ("n/a" when the run could not be made).
-COUNT = re.compile(r"[0-9]+")
-# What the summary treats as a measured figure (as opposed to "n/a", "n/a (perf missing)" or ""): digits and dots.
-FIGURE = re.compile(r"[0-9.]+")
-
-Value = Union[str, float]  # a value as written in a CSV file, or one computed here
+def print_lines(lines: list[str]) -> None:
+    print_text("".join(line + "\n" for line in lines))
 
 
-def awk_number(value: Value) -> float:
-    """The number a CSV value stands for, the way awk reads it: its leading number, or 0 when there is none."""
-    if isinstance(value, float):
-        return value
-    match = LEADING_NUMBER.match(value)
-    return float(match.group(0)) if match else 0.0
+# ---- Numbers -----------------------------------------------------------------------------------------------
+
+Figure = Optional[float]  # a measured figure, or None when it is missing
+PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 
 
-def is_number(value: Value) -> bool:
-    """True for a computed number or for text that is nothing but a number ("12.5"; not "12 ms", "n/a", "")."""
-    return isinstance(value, float) or NUMERIC_TEXT.fullmatch(value) is not None
+def number(value) -> Figure:
+    """A cell (or a value) as a figure: a plain number ("12.5", 12) as a float, anything else ("n/a",
+    "n/a (perf missing)", "12 ms", "", None) as None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if math.isnan(value) else float(value)
+    text = value.strip()
+    return float(text) if PLAIN_NUMBER.fullmatch(text) else None
 
 
-def awk_text(value: Value) -> str:
-    """A value as awk prints it: text as it is; a whole number that fits in a C int as an integer (3112, not
-    3112.0), and any other number with the summary's CONVFMT, %.10g (8985.3, 1.294; not 1.0489e+06 for a median
-    of 1048900, as the default %.6g would have it). That is the rule of mawk, Debian's awk, which made the
-    summaries before this script."""
-    if isinstance(value, str):
-        return value
-    if value.is_integer() and -2**31 <= value < 2**31:
+def count(value) -> Optional[int]:
+    """A whole count (requests, failures), or None."""
+    figure = number(value)
+    return int(figure) if figure is not None else None
+
+
+def number_text(value: float) -> str:
+    """A number as a CSV cell: a whole number without a decimal point (3112), any other rounded to 6 decimals and
+    written without trailing zeros (1.294, 8985.3, 1048900.5)."""
+    if float(value).is_integer():
         return "%d" % value
-    return "%.10g" % value
+    return repr(round(float(value), 6))
+
+
+def cell_text(value) -> str:
+    """Any value as a CSV cell: None as n/a, a number through number_text, text as it is."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return number_text(value)
+    return str(value)
+
+
+def ratio(a, b, digits: int = 2) -> Figure:
+    """a / b rounded to DIGITS decimals; None when either is missing or b is zero."""
+    a, b = number(a), number(b)
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, digits)
 
 
 # ---- parse: one run's output -> its figures ------------------------------------------------------------------
 
-# The fields every parse prints, in this order; benchmark.sh's parse_output sets a variable of each name.
+# The fields every parse gives, in this order (the `parse` command prints them so).
 PARSED_FIELDS = ("complete", "failed", "non2xx", "rps", "mean_ms", "p99_ms", "doc_length", "bytes_read", "mib_per_s")
 
 # What a field is when the output does not give it: no complete request, no non-2xx answer, and everything else
 # unknown (an unknown count of failed requests fails the run's check, as it should).
-DEFAULTS = {"complete": "0", "failed": "n/a", "non2xx": "0", "rps": "n/a", "mean_ms": "n/a", "p99_ms": "n/a",
-            "doc_length": "n/a", "bytes_read": "n/a", "mib_per_s": "n/a"}
+DEFAULTS = {"complete": 0, "failed": None, "non2xx": 0, "rps": None, "mean_ms": None, "p99_ms": None,
+            "doc_length": None, "bytes_read": None, "mib_per_s": None}
+COUNTS = ("complete", "failed", "non2xx", "doc_length", "bytes_read")  # whole numbers: ints
 
 # ab prints its results for people, one per line: `Requests per second:    13973.21 [#/sec] (mean)`. Each field:
 # the line's label, and which word of that line holds the value (1 = the first word of the label).
@@ -129,23 +163,27 @@ def ab_field(output: str, label: str, word: int) -> str:
     return ""
 
 
-def percentile_99(percentiles_csv: str) -> str:
+def percentile_99(percentiles_csv: str) -> Figure:
     """The 99 % row of ab's -e file (`99,1.337`: ms, with decimals, where ab's own table prints whole ms)."""
-    for line in percentiles_csv.split("\n"):
-        cells = line.split(",")
-        if len(cells) >= 2 and is_number(cells[0]) and float(cells[0]) == 99:
-            return cells[1]
-    return ""
+    for row in parse_rows(percentiles_csv):
+        if len(row) >= 2 and number(row[0]) == 99:
+            return number(row[1])
+    return None
 
 
-def parse_ab(output: str, percentiles_csv: str = "") -> dict[str, str]:
-    """ab's output (and its -e percentile file, when there is one) -> the PARSED_FIELDS, as text."""
-    found = {key: ab_field(output, label, word) for key, (label, word) in AB_FIELDS.items()}
+def typed(key: str, value) -> Union[int, float, None]:
+    figure = number(value)
+    if figure is None:
+        return None
+    return int(figure) if key in COUNTS else figure
+
+
+def parse_ab(output: str, percentiles_csv: str = "") -> dict:
+    """ab's output (and its -e percentile file, when there is one) -> the PARSED_FIELDS: ints for the counts,
+    floats for the rest, the DEFAULTS for what it does not say."""
+    found = {key: typed(key, ab_field(output, label, word)) for key, (label, word) in AB_FIELDS.items()}
     found["p99_ms"] = percentile_99(percentiles_csv)
-    figures = {key: found.get(key) or DEFAULTS[key] for key in PARSED_FIELDS}
-    # A missing Document Length stays empty, so that the check says "Document Length: none".
-    figures["doc_length"] = found["doc_length"]
-    return figures
+    return {key: DEFAULTS[key] if found.get(key) is None else found[key] for key in PARSED_FIELDS}
 
 
 # wrk_done.lua's line: `psp-wrk: requests=89489 bytes=104254685 duration_us=1000519 ... latency_p99_us=1129`.
@@ -162,15 +200,15 @@ def wrk_totals(output: str) -> dict[str, float] | None:
     totals = {}
     for pair in line[len(WRK_LINE):].split():
         key, _, value = pair.partition("=")
-        if is_number(value):
-            totals[key] = float(value)
+        if number(value) is not None:
+            totals[key] = number(value)
     return totals if all(key in totals for key in WRK_KEYS) else None
 
 
-def parse_wrk(output: str) -> dict[str, str]:
-    """wrk's output, with the line of wrk_done.lua -> the PARSED_FIELDS, as text.
+def parse_wrk(output: str) -> dict:
+    """wrk's output, with the line of wrk_done.lua -> the PARSED_FIELDS.
 
-    wrk does not report the body length (doc_length is n/a: benchmark.sh relies on the ab warm-up, and in files
+    wrk does not report the body length (doc_length is None: the driver relies on the ab warm-up, and in files
     mode on curl, to check it). Without wrk_done.lua's line every field takes its default: nothing is read back
     from wrk's rounded human summary."""
     figures = dict(DEFAULTS)
@@ -178,37 +216,40 @@ def parse_wrk(output: str) -> dict[str, str]:
     if totals is None:
         return figures
     seconds = totals["duration_us"] / 1e6
-    figures["complete"] = "%d" % totals["requests"]
+    figures["complete"] = int(totals["requests"])
     # The socket errors, as wrk's "Socket errors: connect 0, read 0, write 0, timeout 0" line adds them up.
-    figures["failed"] = "%d" % sum(totals[kind + "_errors"] for kind in ("connect", "read", "write", "timeout"))
-    figures["non2xx"] = "%d" % totals["status_errors"]  # wrk's "Non-2xx or 3xx responses"
-    # Milliseconds with three decimals (a microsecond), like ab's figures.
-    figures["mean_ms"] = "%.3f" % (totals["latency_mean_us"] / 1000)
-    figures["p99_ms"] = "%.3f" % (totals["latency_p99_us"] / 1000)
-    figures["bytes_read"] = "%d" % totals["bytes"]  # exact, where wrk's own summary says "1.02GB read"
+    figures["failed"] = int(sum(totals[kind + "_errors"] for kind in ("connect", "read", "write", "timeout")))
+    figures["non2xx"] = int(totals["status_errors"])  # wrk's "Non-2xx or 3xx responses"
+    # Milliseconds to a microsecond, like ab's figures.
+    figures["mean_ms"] = round(totals["latency_mean_us"] / 1000, 3)
+    figures["p99_ms"] = round(totals["latency_p99_us"] / 1000, 3)
+    figures["bytes_read"] = int(totals["bytes"])  # exact, where wrk's own summary says "1.02GB read"
     if seconds > 0:
-        figures["rps"] = "%.2f" % (totals["requests"] / seconds)  # as wrk computes its Requests/sec
-        figures["mib_per_s"] = "%.1f" % (totals["bytes"] / seconds / 1048576)  # MiB = 2^20 bytes
+        figures["rps"] = round(totals["requests"] / seconds, 2)  # as wrk computes its Requests/sec
+        figures["mib_per_s"] = round(totals["bytes"] / seconds / 1048576, 1)  # MiB = 2^20 bytes
     return figures
 
 
 # ---- summarize: raw.csv (one row per run) -> summary.csv (one row per key) -------------------------------------
 
 
-def median(values: list[str]) -> Value:
-    """The median of one column over a row's repetitions, as text or as a number.
+def median(values: list) -> Union[float, str, None]:
+    """The median of one column over a row's repetitions (statistics.median) of the values that are figures.
+    When none is, the first value's text stands ("n/a (perf missing)" says why), or None."""
+    figures = [figure for figure in map(number, values) if figure is not None]
+    if figures:
+        return statistics.median(figures)
+    first = values[0] if values else None
+    return first if isinstance(first, str) and first not in ("", MISSING) else None
 
-    When the first value is not a figure ("n/a", "n/a (perf missing)", ""), that text is the result. Otherwise
-    the values are sorted as numbers (stable: equal numbers keep their order) and the middle one is returned as
-    it was written ("3.00" stays "3.00"); for an even count, the mean of the middle two, a number. A later value
-    that is not a figure counts as 0 in the sort, as it did in the awk this replaces."""
-    if not FIGURE.fullmatch(values[0]):
-        return values[0]
-    ordered = sorted(values, key=awk_number)
-    middle = len(ordered) // 2
-    if len(ordered) % 2 == 1:
-        return ordered[middle]
-    return (awk_number(ordered[middle - 1]) + awk_number(ordered[middle])) / 2
+
+# Columns of raw.csv that are neither the key, nor figures, nor the check: they say something about the run.
+# `disturbed`: "yes" when other processes took more of the machine than the threshold during the run (see
+# driver/disturbance.py); "measured again" when --retry-disturbed measured the run once more (the row that
+# replaced it follows), and then the summary leaves it out. `generator` (--mode latency): "behind" when the load
+# generator itself fell behind its schedule: that rate says nothing about the server (see knees).
+NOTES = ("disturbed", "generator")
+SUPERSEDED = "measured again"
 
 
 class Group:
@@ -222,28 +263,33 @@ class Group:
         self.failures = 0               # failed + non2xx over all runs
         self.bad = 0                    # runs whose check is not "ok"
         self.why = ""                   # the first of those checks
-        self.rps_low: float | None = None
-        self.rps_high: float | None = None
+        self.disturbed = 0              # runs marked disturbed (and kept)
+        self.superseded = 0             # runs measured again (left out)
+        self.behind = 0                 # runs at which the load generator fell behind (and kept)
 
 
-def summarize(lines: list[str]) -> list[str]:
-    """raw.csv's lines -> summary.csv's lines.
+def summarize(rows: Rows) -> Rows:
+    """raw.csv's rows -> summary.csv's rows.
 
     The columns before `repetition` are the row's key (server, concurrency; or server, file, connections; any
-    others a mode adds), the last column is the run's check, and the ones between are figures. For each key:
-    `runs`, the median of each figure over the runs; for requests_per_s also rps_min, rps_max, spread_pct
-    ((max - min) / median, n/a for one run) and vs_nginx (the ratio to the median of nginx's row with the same
-    key levels); `failures`, failed + non2xx summed over the runs, in place of both (complete is left out: the
-    checks compare it); and `check`: ok, or the first failed check, with "(k of n runs)" when only some failed."""
-    names = lines[0].split(",")
+    others a mode adds), the last column is the run's check, and the ones between are figures (but the NOTES).
+    For each key: `runs`, the median of each figure over the runs; for requests_per_s also rps_min, rps_max,
+    spread_pct ((max - min) / median, None for one run) and vs_nginx (the ratio to the median of nginx's row with
+    the same key levels); `failures`, failed + non2xx summed over the runs, in place of both (complete is left
+    out: the checks compare it); with a `disturbed` column, `disturbed_runs`: how many of the runs in the medians
+    (and in the spread) were disturbed; and `check`: ok, or the first failed check, with "(k of n runs)" when
+    only some failed. A run marked "measured again" is left out of everything but `check`'s count."""
+    names = rows[0]
     if "repetition" not in names:
-        raise ValueError("raw.csv has no repetition column: " + lines[0])
+        raise ValueError("raw.csv has no repetition column: " + ",".join(names))
     key_count = names.index("repetition")  # the key columns: those before `repetition`
     check = len(names) - 1                  # the last column: the run's check
-    figures = range(key_count + 1, check)   # the columns between
     rps = names.index("requests_per_s") if "requests_per_s" in names else None
     failed = names.index("failed") if "failed" in names else None
     non2xx = names.index("non2xx") if "non2xx" in names else None
+    disturbed = names.index("disturbed") if "disturbed" in names else None
+    generator = names.index("generator") if "generator" in names else None
+    figures = [index for index in range(key_count + 1, check) if names[index] not in NOTES]
     dropped = {index for index in figures if names[index] == "complete" or index == non2xx}
 
     header = names[:key_count] + ["runs"]
@@ -254,67 +300,74 @@ def summarize(lines: list[str]) -> list[str]:
             header.append("failures")
         elif index not in dropped:
             header.append(names[index])
+    if disturbed is not None:
+        header.append("disturbed_runs")
+    if generator is not None:
+        header.append("generator_behind_runs")
     header.append("check")
 
-    groups: dict[str, Group] = {}  # by key, in the order of the first run of each (dicts keep that order)
-    for line in lines[1:]:
-        cells = line.split(",")
-        cells += [""] * (len(names) - len(cells))  # a short row: its missing cells are empty
-        key = ",".join(cells[:key_count])
+    groups: dict[tuple, Group] = {}  # by key, in the order of the first run of each (dicts keep that order)
+    for cells in rows[1:]:
+        cells = cells + [""] * (len(names) - len(cells))  # a short row: its missing cells are empty
+        key = tuple(cells[:key_count])
         group = groups.setdefault(key, Group(cells[0], tuple(cells[1:key_count])))
+        if disturbed is not None and cells[disturbed] == SUPERSEDED:
+            group.superseded += 1
+            continue
         group.runs += 1
+        if disturbed is not None and cells[disturbed] == "yes":
+            group.disturbed += 1
+        if generator is not None and cells[generator] == "behind":
+            group.behind += 1
         for index in figures:
             group.values.setdefault(index, []).append(cells[index])
         for index in (failed, non2xx):
-            if index is not None and COUNT.fullmatch(cells[index]):  # a count: "n/a" adds nothing
-                group.failures += int(cells[index])
+            if index is not None and count(cells[index]) is not None:  # a count: n/a adds nothing
+                group.failures += count(cells[index])
         if cells[check] != "ok":
             group.bad += 1
             if group.bad == 1:
                 group.why = cells[check]
-        if rps is not None and cells[rps] != "n/a":
-            value = awk_number(cells[rps])
-            group.rps_low = value if group.rps_low is None else min(group.rps_low, value)
-            group.rps_high = value if group.rps_high is None else max(group.rps_high, value)
 
     # The median req/s of each row, and nginx's for each set of key levels: what vs_nginx divides by.
-    rps_median = {key: median(group.values[rps]) for key, group in groups.items() if rps is not None}
+    rps_median = {key: median(group.values.get(rps, [])) for key, group in groups.items() if rps is not None}
     reference = {group.levels: rps_median[key] for key, group in groups.items()
                  if rps is not None and group.server == "nginx"}
 
-    out = [",".join(header)]
+    out = [header]
     for key, group in groups.items():
-        row = [key, str(group.runs)]
+        row = [*key, group.runs]
         for index in figures:
             if index == rps:
-                row += rps_columns(group, rps_median[key], reference.get(group.levels))
+                row += rps_columns(group, group.values.get(rps, []), rps_median[key], reference.get(group.levels))
             elif index == failed:
-                row.append(str(group.failures))
+                row.append(group.failures)
             elif index not in dropped:
-                row.append(awk_text(median(group.values[index])))
+                row.append(median(group.values.get(index, [])))
+        if disturbed is not None:
+            row.append(group.disturbed)
+        if generator is not None:
+            row.append(group.behind)
         if group.bad == 0:
             row.append("ok")
         elif group.bad == group.runs:
             row.append(group.why)
         else:
             row.append(f"{group.why} ({group.bad} of {group.runs} runs)")
-        out.append(",".join(row))
+        out.append(row)
     return out
 
 
-def rps_columns(group: Group, middle: Value, nginx: Value | None) -> list[str]:
+def rps_columns(group: Group, values: list[str], middle, nginx) -> list:
     """requests_per_s, rps_min, rps_max, spread_pct and vs_nginx of one summary row, given its median req/s
     and nginx's at the same key levels (None without an nginx row)."""
-    spread = "n/a"  # the spread needs two runs and a median above 0
-    if is_number(middle) and awk_number(middle) > 0 and group.runs > 1:
-        spread = "%.1f" % ((group.rps_high - group.rps_low) * 100 / awk_number(middle))
-    versus = "n/a"  # the ratio needs two figures, and nginx's above 0
-    if (nginx is not None and FIGURE.fullmatch(awk_text(middle)) and FIGURE.fullmatch(awk_text(nginx))
-            and awk_number(nginx) > 0):
-        versus = "%.2f" % (awk_number(middle) / awk_number(nginx))
-    low = "n/a" if group.rps_low is None else awk_text(group.rps_low)
-    high = "n/a" if group.rps_high is None else awk_text(group.rps_high)
-    return [awk_text(middle), low, high, spread, versus]
+    figures = [figure for figure in map(number, values) if figure is not None]
+    low, high = (min(figures), max(figures)) if figures else (None, None)
+    middle = number(middle)
+    spread = None  # the spread needs two runs and a median above 0
+    if middle is not None and middle > 0 and group.runs > 1:
+        spread = round((high - low) * 100 / middle, 1)
+    return [middle, low, high, spread, ratio(middle, nginx)]
 
 
 # ---- table: a CSV -> a Markdown table --------------------------------------------------------------------------
@@ -345,20 +398,22 @@ def refused_or_closed(row: dict[str, str]) -> str:
     """Connections the server did not keep: answered another status (refused) or closed without an answer."""
     if row_value(row, "refused") == "":
         return ""  # idle_conns did not run
-    return awk_text(awk_number(row_value(row, "refused")) + awk_number(row_value(row, "closed")))
+    return number_text((number(row_value(row, "refused")) or 0) + (number(row_value(row, "closed")) or 0))
 
 
-def awk_compare(value: str, number: float) -> int:
-    """-1, 0 or 1 as VALUE is below, equal to or above NUMBER: as numbers when VALUE is one, else as texts."""
-    left, right = (awk_number(value), number) if is_number(value) else (value, awk_text(number))
-    return (left > right) - (left < right)
+def is_zero(value: str) -> bool:
+    return number(value) == 0
+
+
+def above_zero(value: str) -> bool:
+    return (number(value) or 0) > 0
 
 
 def new_client(row: dict[str, str]) -> str:
     """How the 5 new clients timed while the connections were held: "median / max" ms, or what went wrong."""
-    refused, timed_out = awk_number(row_value(row, "probe_refused")), awk_number(row_value(row, "probe_timeout"))
-    if refused + timed_out > 0 and awk_compare(row_value(row, "probe_ok"), 0) == 0:
-        return "no answer" if awk_compare(row_value(row, "probe_timeout"), 0) > 0 else "refused"
+    refused, timed_out = (number(row_value(row, name)) or 0 for name in ("probe_refused", "probe_timeout"))
+    if refused + timed_out > 0 and is_zero(row_value(row, "probe_ok")):
+        return "no answer" if above_zero(row_value(row, "probe_timeout")) else "refused"
     return row_value(row, "probe_median_ms") + " / " + row_value(row, "probe_max_ms")
 
 
@@ -366,8 +421,8 @@ def probe_times(row: dict[str, str]) -> str:
     """The new clients timed while the connections were held: "median / p99" ms, or what went wrong."""
     if row_value(row, "probe_ok") == "":
         return ""  # not run
-    if awk_compare(row_value(row, "probe_ok"), 0) == 0:
-        return "no answer" if awk_compare(row_value(row, "probe_timeout"), 0) > 0 else "refused"
+    if is_zero(row_value(row, "probe_ok")):
+        return "no answer" if above_zero(row_value(row, "probe_timeout")) else "refused"
     return row_value(row, "probe_median_ms") + " / " + row_value(row, "probe_p99_ms")
 
 
@@ -384,7 +439,28 @@ def after_release(row: dict[str, str]) -> str:
     status = row_value(row, "after_status")
     if status == "":
         return ""
-    return "served" if awk_compare(status, 200) == 0 else "NOT served"
+    return "served" if number(status) == 200 else "NOT served"
+
+
+def spread(row: dict[str, str]) -> str:
+    """The spread of req/s, "12.5%" (– for n/a), and when some of the runs in it were disturbed, how many:
+    "12.5% (1 of 3 disturbed)"."""
+    value = row_value(row, "spread_pct")
+    text = "–" if value.startswith("n/a") else (value + "%" if value else "")
+    marked = number(row_value(row, "disturbed_runs"))
+    if marked:
+        text += f" ({int(marked)} of {row_value(row, 'runs')} disturbed)"
+    return text
+
+
+def disturbed_runs(row: dict[str, str]) -> str:
+    """How many of a row's runs were disturbed, or at which the load generator fell behind: "1 of 3", "0", or
+    "" for a summary made before this was measured."""
+    marked, behind = number(row_value(row, "disturbed_runs")), number(row_value(row, "generator_behind_runs"))
+    if marked is None:
+        return ""
+    text = f"{int(marked)} of {row_value(row, 'runs')}" if marked else "0"
+    return text + (f"; generator behind in {int(behind)}" if behind else "")
 
 
 # The tables of summary.md, one entry per mode. A new mode adds its entry here, and benchmark.sh a function that
@@ -395,7 +471,7 @@ TABLES: dict[str, list[Column]] = {
         Column("concurrency", "c", "%s"),  # "connections" with --tool wrk: see table_columns
         Column("requests_per_s", "req/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("mean_ms", "mean ms", "%.3f"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
@@ -413,7 +489,7 @@ TABLES: dict[str, list[Column]] = {
         Column("requests_per_s", "req/s", "%.0f"),
         Column("mib_per_s", "MiB/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("mean_ms", "mean ms", "%.3f"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
@@ -469,7 +545,7 @@ TABLES: dict[str, list[Column]] = {
         Column("concurrency", "c", "%s"),
         Column("requests_per_s", "req/s", "%.0f"),
         Column("vs_nginx", "vs nginx", "ratio"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("p99_ms", "p99 ms", "%.2f"),
         Column("failures", "failures", "%s"),
         Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
@@ -484,7 +560,7 @@ TABLES: dict[str, list[Column]] = {
         Column("connection", "connection", "text"),
         Column("delay_us", "delay µs", "%s"),
         Column("requests_per_s", "req/s", "%.0f"),
-        Column("spread_pct", "spread", "pct"),
+        Column(spread, "spread", "%s"),
         Column("vs_nginx", "vs nginx", "ratio"),
         Column("cpu_us_per_req", "CPU µs/req", "%.2f"),
         Column("server_cpus", "server CPUs busy", "%.2f"),
@@ -508,6 +584,7 @@ TABLES: dict[str, list[Column]] = {
         Column("failures", "failures", "%s"),
         Column("cpu_us_per_req", "CPU µs/req", "%.1f"),
         Column("gen_lag_p99_ms", "generator lag p99 ms", "%.2f"),
+        Column(disturbed_runs, "disturbed runs", "%s"),
         Column("check", "check", "text"),
     ],
 }
@@ -516,48 +593,52 @@ TABLES: dict[str, list[Column]] = {
 CLIENT_BOUND_PCT = 90  # --mode scaling: a row whose client CPUs were busier than this measured the client
 
 
-def scaling_columns(lines: list[str], floor: str = "floor") -> list[str]:
+def scaling_columns(rows: Rows, floor: str = "floor") -> Rows:
     """summary.csv of the scaling mode, with two columns added before `check`: vs_floor, the row's requests per
     server CPU second divided by the floor's at the same cores, connection and handler; and client_bound, "yes"
     when the client's CPUs were more than CLIENT_BOUND_PCT % busy (wrk was the limit, not the server), else "no"."""
-    names = lines[0].split(",")
+    names = rows[0]
     key = [names.index(name) for name in ("cores", "connection", "delay_us")]
     per_cpu, busy, check = names.index("rps_per_cpu"), names.index("client_busy_pct"), names.index("check")
-    rows = [line.split(",") for line in lines[1:]]
-    reference = {tuple(row[i] for i in key): row[per_cpu] for row in rows if row[0] == floor}
-    out = [",".join(names[:check] + ["vs_floor", "client_bound"] + names[check:])]
-    for row in rows:
-        base = reference.get(tuple(row[i] for i in key), "n/a")
-        versus = "n/a"
-        if is_number(row[per_cpu]) and is_number(base) and awk_number(base) > 0:
-            versus = "%.2f" % (awk_number(row[per_cpu]) / awk_number(base))
-        bound = "n/a" if not is_number(row[busy]) else (
-            "yes" if awk_number(row[busy]) > CLIENT_BOUND_PCT else "no")
-        out.append(",".join(row[:check] + [versus, bound] + row[check:]))
+    reference = {tuple(row[i] for i in key): row[per_cpu] for row in rows[1:] if row[0] == floor}
+    out = [names[:check] + ["vs_floor", "client_bound"] + names[check:]]
+    for row in rows[1:]:
+        versus = ratio(row[per_cpu], reference.get(tuple(row[i] for i in key)))
+        client = number(row[busy])
+        bound = None if client is None else ("yes" if client > CLIENT_BOUND_PCT else "no")
+        out.append(list(row[:check]) + [versus, bound] + list(row[check:]))
     return out
 
 
-def knees(lines: list[str], target_ms: float) -> list[str]:
+def knees(rows: Rows, target_ms: float) -> list[str]:
     """summary.csv of the latency mode -> a Markdown table of each server's knee: the highest offered rate at which
     the p99 (from the intended send time) is still under TARGET_MS, every lower rate being under it too. Past the
     knee, requests arrive faster than they are served, and the queue (and the latency) grows for as long as the
-    load lasts."""
-    names = lines[0].split(",")
-    found: dict[str, list[str]] = {}  # server -> [knee rate, its p99, the first rate over the target, its p99]
-    for line in lines[1:]:
-        row = dict(zip(names, line.split(",")))
-        entry = found.setdefault(row["server"], ["", "", "", ""])
+    load lasts. A rate at which the load generator itself fell behind in every run kept (generator_behind_runs)
+    says nothing about the server: it counts neither way, and the table lists it as not measured."""
+    found: dict[str, list] = {}  # server -> [knee rate, its p99, the first rate over the target, its p99, skipped]
+    generator_column = "generator_behind_runs" in rows[0]
+    for row in records(rows):
+        entry = found.setdefault(row["server"], ["", "", "", "", []])
         if entry[2]:
             continue  # already over the target at a lower rate
-        if is_number(row["p99_ms"]) and awk_number(row["p99_ms"]) < target_ms:
+        runs, behind = number(row.get("runs")), number(row.get("generator_behind_runs"))
+        if generator_column and behind and runs and behind >= runs:
+            entry[4].append(row["rate"])
+            continue
+        p99 = number(row["p99_ms"])
+        if p99 is not None and p99 < target_ms:
             entry[0], entry[1] = row["rate"], row["p99_ms"]
         else:
             entry[2], entry[3] = row["rate"], row["p99_ms"]
-    out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |",
-           "|---|---:|---:|---:|---:|"]
-    for server, (rate, p99, over, over_p99) in found.items():
-        out.append(f"| {cell(server, 'server')} | {rate or 'below the lowest rate'} | {p99} | {over or '–'} | "
-                   f"{over_p99 or '–'} |")
+    extra = " rates not measured (the generator fell behind) |" if generator_column else ""
+    out = [f"| server | knee: req/s with p99 under {target_ms:g} ms | p99 there, ms | next rate | p99 there, ms |"
+           + extra, "|---|---:|---:|---:|---:|" + ("---|" if generator_column else "")]
+    for server, (rate, p99, over, over_p99, skipped) in found.items():
+        lowest = "not measured" if skipped and not over else "below the lowest rate"  # (every rate skipped)
+        line = (f"| {cell(server, 'server')} | {rate or lowest} | {p99} | {over or '–'} | "
+                f"{over_p99 or '–'} |")
+        out.append(line + (f" {', '.join(skipped) or 'none'} |" if generator_column else ""))
     return out
 
 
@@ -594,26 +675,31 @@ def cell(value: str, form: str) -> str:
     if form == "pct":
         return value + "%"
     if form == "ratio":
-        return "%.2f" % awk_number(value)
+        return "%.2f" % (number(value) or 0)
     if form == "mib":
-        return "%.1f" % (awk_number(value) / 1024)
+        return "%.1f" % ((number(value) or 0) / 1024)
     if form == "kib":  # bytes, shown in KiB
-        return "%.2f" % (awk_number(value) / 1024)
-    if form == "%s":
+        return "%.2f" % ((number(value) or 0) / 1024)
+    if form == "%s" or number(value) is None:
         return value
-    return form % awk_number(value)
+    return form % number(value)
 
 
-def markdown_table(columns: list[Column], lines: list[str]) -> list[str]:
-    """A CSV's lines (a header, then rows) -> a Markdown table of the given columns, one row per CSV row."""
-    names = lines[0].split(",")
+def records(rows: Rows) -> list[dict[str, str]]:
+    """A CSV's rows (a header, then rows) -> one dict per row, by column name, each cell as text (cell_text)."""
+    names = rows[0]
+    return [{name: cell_text(value) for name, value in zip(names, row)} for row in rows[1:]]
+
+
+def markdown_table(columns: list[Column], rows: Rows) -> list[str]:
+    """A CSV's rows (a header, then rows) -> a Markdown table of the given columns, one row per CSV row."""
+    names = rows[0]
     for column in columns:
         if isinstance(column.source, str) and column.source not in names:
             raise ValueError("no column " + column.source)
     out = ["| " + " | ".join(column.heading for column in columns) + " |",
            "|" + "".join("---|" if column.format in ("text", "server") else "---:|" for column in columns)]
-    for line in lines[1:]:
-        row = dict(zip(names, line.split(",")))
+    for row in records(rows):
         cells = []
         for column in columns:
             if isinstance(column.source, str):
@@ -627,19 +713,15 @@ def markdown_table(columns: list[Column], lines: list[str]) -> list[str]:
 # ---- plot: summary.csv -> plot.dat, plot.svg, plot.png --------------------------------------------------------
 
 
-def plot_series(lines: list[str]) -> list[tuple[str, list[str]]]:
+def plot_series(rows: Rows) -> list[tuple[str, list[str]]]:
     """summary.csv's lines -> one series per server, in the order of the rows: (server, its points), each point
     `concurrency req/s p99_ms` as written in summary.csv. Rows without req/s (a server that did not start, a
     failed run) are left out, and a server without any point too."""
-    names = lines[0].split(",")
-    x, rps, p99 = (names.index(name) for name in ("concurrency", "requests_per_s", "p99_ms"))
     series: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        cells = line.split(",")
-        cells += [""] * (len(names) - len(cells))
-        points = series.setdefault(cells[0], [])
-        if cells[rps] != "n/a":
-            points.append(f"{cells[x]} {cells[rps]} {cells[p99]}")
+    for row in records(rows):
+        points = series.setdefault(row["server"], [])
+        if number(row.get("requests_per_s")) is not None:
+            points.append(f"{row.get('concurrency', '')} {row['requests_per_s']} {row.get('p99_ms', '')}")
     return [(server, points) for server, points in series.items() if points]
 
 
@@ -695,7 +777,7 @@ def plot(summary_csv: str, results_dir: str, title: str, x_label: str) -> list[s
     sentence each (benchmark.sh turns them into warnings). Without gnuplot, does nothing: no plot is no error."""
     if shutil.which("gnuplot") is None:
         return []
-    series = plot_series(read_lines(summary_csv))
+    series = plot_series(read_rows(summary_csv))
     data = results_dir + "/plot.dat"
     write_text(data, plot_data(series))
     if not series:
@@ -754,17 +836,15 @@ PANELS: dict[str, tuple[str, list[Panel]]] = {  # mode -> (gnuplot's layout, its
 }
 
 
-def panel_series(lines: list[str], panel: Panel) -> list[tuple[str, list[str]]]:
+def panel_series(rows: Rows, panel: Panel) -> list[tuple[str, list[str]]]:
     """One series per server for a panel: the points `x y` of its rows that have a number for both."""
-    names = lines[0].split(",")
     series: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        row = dict(zip(names, line.split(",")))
+    for row in records(rows):
         pairs = zip(panel.only[::2], panel.only[1::2])
         if any(row.get(name) != value for name, value in pairs):
             continue
         points = series.setdefault(row["server"], [])
-        if is_number(row.get(panel.x, "")) and is_number(row.get(panel.y, "")):
+        if number(row.get(panel.x)) is not None and number(row.get(panel.y)) is not None:
             points.append(f"{row[panel.x]} {row[panel.y]}")
     return [(server, points) for server, points in series.items() if points]
 
@@ -798,9 +878,9 @@ def plot_panels(summary_csv: str, results_dir: str, mode: str, title: str, targe
     and plot.png. Returns the problems met, one sentence each; without gnuplot, does nothing."""
     if shutil.which("gnuplot") is None:
         return []
-    lines = read_lines(summary_csv)
+    lines = read_rows(summary_csv)
     layout, panels = PANELS[mode]
-    servers = list(dict.fromkeys(line.split(",")[0] for line in lines[1:]))  # in the order of the run
+    servers = list(dict.fromkeys(row[0] for row in lines[1:]))  # in the order of the run
     blocks, drawn, first = [], [], 0
     for panel in panels:
         series = panel_series(lines, panel)
@@ -827,26 +907,24 @@ def plot_panels(summary_csv: str, results_dir: str, mode: str, title: str, targe
 # ---- plot --mode connections: what one idle connection costs each server, user space and kernel ----------
 
 
-def memory_bars(lines: list[str]) -> list[tuple[str, str, str]]:
+def memory_bars(rows: Rows) -> list[tuple[str, str, str]]:
     """raw.csv of --mode connections -> for each server, in the order of the run, its bar: the row with the most
     connections whose kernel share was measured, as (label, user KiB, kernel KiB) per connection."""
-    names = lines[0].split(",")
     best: dict[str, dict[str, str]] = {}
-    for line in lines[1:]:
-        row = dict(zip(names, line.split(",")))
-        if not is_number(row_value(row, "server_kernel_b")) or not is_number(row_value(row, "rss_kib_per_conn")):
+    for row in records(rows):
+        if number(row_value(row, "server_kernel_b")) is None or number(row_value(row, "rss_kib_per_conn")) is None:
             continue
         server = row["server"]
-        if server not in best or awk_number(row["held"]) > awk_number(best[server]["held"]):
+        if server not in best or (number(row["held"]) or 0) > (number(best[server]["held"]) or 0):
             best[server] = row
-    return [(f"{server} ({int(awk_number(row['held'])):,})", row["rss_kib_per_conn"],
-             "%.2f" % (awk_number(row["server_kernel_b"]) / 1024)) for server, row in best.items()]
+    return [(f"{server} ({int(number(row['held']) or 0):,})", row["rss_kib_per_conn"],
+             "%.2f" % (number(row["server_kernel_b"]) / 1024)) for server, row in best.items()]
 
 
 def plot_memory(raw_csv: str, results_dir: str, title: str) -> list[str]:
     """Writes plot.dat (label, user KiB, kernel KiB per connection) and draws plot.svg and plot.png: one stacked
     bar per server. Returns the problems met, one sentence each; without gnuplot, only plot.dat."""
-    bars = memory_bars(read_lines(raw_csv))
+    bars = memory_bars(read_rows(raw_csv))
     data = results_dir + "/plot.dat"
     write_text(data, "".join(f'"{label}" {user} {kernel}\n' for label, user, kernel in bars))
     if not bars or shutil.which("gnuplot") is None:
@@ -873,7 +951,7 @@ def plot_memory(raw_csv: str, results_dir: str, title: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="analyse.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m driver.analyse", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     parse = commands.add_parser("parse", help="one run's output -> one line of key=value")
@@ -914,9 +992,9 @@ def main(argv: list[str]) -> int:
                 figures = parse_ab(output, percentiles)
             else:
                 figures = parse_wrk(output)
-            print_lines([" ".join(f"{key}={figures[key]}" for key in PARSED_FIELDS)])
+            print_lines([" ".join(f"{key}={cell_text(figures[key])}" for key in PARSED_FIELDS)])
         elif args.command == "summarize":
-            print_lines(summarize(read_lines(args.raw_csv)))
+            print_text(csv_text(summarize(read_rows(args.raw_csv))))
         elif args.command == "table":
             if args.kind == "custom":
                 if not args.columns:
@@ -924,9 +1002,9 @@ def main(argv: list[str]) -> int:
                 columns = parse_column_spec(args.columns)
             else:
                 columns = table_columns(args.kind, args.tool)
-            print_lines(markdown_table(columns, read_lines(args.csv)))
+            print_lines(markdown_table(columns, read_rows(args.csv)))
         elif args.command == "knee":
-            print_lines(knees(read_lines(args.summary_csv), args.target))
+            print_lines(knees(read_rows(args.summary_csv), args.target))
         elif args.mode == "connections":  # from raw.csv, given as SUMMARY_CSV
             print_lines(plot_memory(args.summary_csv, args.results_dir, args.title))
         elif args.mode in PANELS:
