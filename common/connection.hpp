@@ -244,6 +244,9 @@ class ConnectionEngine {
   Next on_stop(Connection& c, Clock::time_point now) const {
     if (c.stopping_ || c.done()) return {};
     c.stopping_ = true;
+    // In the handler: its response is not made yet, and says close (a loop whose stop is not lifecycle.hpp's
+    // stop_requested(), such as 07's signal_set, relies on this; respond() checks that flag too).
+    if (c.phase_ == Connection::Phase::kWaiting) c.x_->request.keep_alive = false;
     if (c.phase_ != Connection::Phase::kReading) return {};
     c.since_ = now;
     ++c.epoch_;
