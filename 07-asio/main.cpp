@@ -255,7 +255,7 @@ class Session : public std::enable_shared_from_this<Session> {
     error_code ignored;
     // Standalone Asio 1.22 on io_uring does not end a cancelled read of a non-blocking socket: it tries the recv()
     // again and waits anew (io_uring_socket_recv_op's do_perform). After shutdown(receive) that recv() says EOF.
-    socket_.shutdown(tcp::socket::shutdown_receive, ignored);
+    if (reading_) socket_.shutdown(tcp::socket::shutdown_receive, ignored);
     socket_.cancel(ignored);
     timer_.cancel();
     delay_.cancel();
