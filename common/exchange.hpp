@@ -8,6 +8,7 @@
 // (ngx_http_set_keepalive) and takes new ones when the next request's bytes arrive.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "closing.hpp"
@@ -24,6 +25,7 @@ struct Exchange {
   http::Request request;       // the request the handler is working on
   Outgoing out;                // the response, how far it has got, and whether to close after it
   Lingering lingering;         // after the last response: the graceful close's deadline, and the bytes thrown away
+  std::chrono::steady_clock::time_point began;  // when the request being read began (connection.hpp bounds a body)
 
   // True when nothing of a next request has arrived: the connection is idle, and this can go.
   bool between_requests() const { return reader.idle(in); }
