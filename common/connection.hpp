@@ -69,18 +69,13 @@
 #include <utility>
 
 #include "closing.hpp"
+#include "deadline.hpp"
 #include "exchange.hpp"
 #include "handler.hpp"
 #include "http.hpp"
 #include "options.hpp"
 #include "response.hpp"
 
-// The bound on a whole request body, in idle timeouts from the request's first byte. A gap rule alone would let a
-// client that sends one byte every T - 1 ms hold a connection for max_body x T (1 MiB x 5 s: two months). 10 x T
-// (50 s by default) takes a body of --max-body (1 MiB) at 21 KB/s or more, ten times a slow mobile upload, and a
-// teaching server has no bigger bodies; a server that accepts larger uploads would bound the rate instead
-// (Apache's mod_reqtimeout: MinRate).
-constexpr int kBodyTimeouts = 10;
 
 // What the loop does next for one connection.
 enum class Do : std::uint8_t {
@@ -268,7 +263,7 @@ class ConnectionEngine {
       case Connection::Phase::kReading:
         if (c.stopping_) return c.since_;
         if (c.x_ && c.x_->reader.reading_body())
-          return std::min(c.since_ + opts_.idle_timeout, c.x_->began + kBodyTimeouts * opts_.idle_timeout);
+          return body_deadline(c.since_, c.x_->began, opts_.idle_timeout);  // deadline.hpp
         return c.since_ + opts_.idle_timeout;
       case Connection::Phase::kWaiting:
         return c.since_;
