@@ -133,6 +133,7 @@ class ConnectionEngine {
   using Clock = std::chrono::steady_clock;
   using Prepare = void (*)(Outgoing&);  // called on every response before it is sent (03 moves a file's fd)
 
+  // `opts` is kept by reference: it must outlive the engine (the loops' options live as long as the process).
   explicit ConnectionEngine(const Options& opts, Prepare prepare = nullptr) : opts_(opts), prepare_(prepare) {}
   const Options& options() const { return opts_; }
 
@@ -226,6 +227,7 @@ class ConnectionEngine {
     if (now < deadline(c)) return next(c, Do::kUnchanged, true);  // the deadline moved later: look again then
     switch (c.phase_) {
       case Connection::Phase::kWaiting:  // the handler is done
+        if (c.stopping_) c.x_->request.keep_alive = false;  // stopped while it waited: its answer is the last
         return begin_sending(c, respond(opts_, c.x_->request), now, true);
       case Connection::Phase::kReading:  // stopping: nothing (more) came; else the head or the body was too slow
         return finish(c, c.stopping_ ? Do::kClose : Do::kReset);
