@@ -49,8 +49,8 @@
 //      away. Bytes given while no read was asked for (a completion already in flight) are kept for later.
 //   5. Sending: on kSend, send what outgoing() holds: readiness loops call send_some() on it (response.hpp) and
 //      report its SendProgress; completion loops send send_span() (the rest of the head, then a file range for
-//      sendfile or splice) and report the bytes taken with on_sent_bytes(n). The span stays valid until the next on_sent*()
-//      or release(). Blocked (EAGAIN): report kBlocked, wait for writability, then on_writable().
+//      sendfile or splice) and report the bytes taken with on_sent_bytes(n). The span stays valid until the next
+//      on_sent*() or release(). Blocked (EAGAIN): report kBlocked, wait for writability, then on_writable().
 //   6. Next::shutdown: call shutdown(SHUT_WR) before anything else (LINGERING begins); if it fails, on_peer_gone().
 //   7. kClose: close the socket once nothing is in flight on it; kReset: SO_LINGER {1, 0} first (closing.hpp).
 //      The connection is then DONE: every event answers kUnchanged. Completion loops call release() once no
