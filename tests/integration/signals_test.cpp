@@ -120,6 +120,31 @@ TEST_P(Signals, StopAndContinueKeepsIdleKeepAliveConnection) {
   EXPECT_TRUE(is_ok_response(*second, false, kEitherConnection));
 }
 
+// Issue 34: one keep-alive request served, the server frozen (SIGSTOP), a second request sent, then the stop
+// (SIGTERM) and SIGCONT: the server wakes with the stop and the request both pending. The request was received
+// before the stop, so it is answered, with Connection: close (before the engine, 03 and 05 reset it).
+TEST_P(Signals, ARequestWaitingAtTheStopIsAnsweredWithClose) {
+  if (!drives_connection_engine(GetParam())) GTEST_SKIP() << "not ported to common/connection.hpp yet";
+  if (!has_course_command_line()) return;
+  if (!launch({"--idle-timeout", "30"})) return;
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_TRUE(c.send(request("GET", "/first"), deadline_in(kIoTimeout))) << c.error();
+  const auto first = c.read_response(deadline_in(kIoTimeout));
+  ASSERT_TRUE(first) << c.error();
+  ASSERT_TRUE(is_ok_response(*first, false, "keep-alive"));
+  server_->send_signal(SIGSTOP);
+  const auto deadline = deadline_in(kIoTimeout);
+  while (!all_threads_stopped(server_->pid()) && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(all_threads_stopped(server_->pid())) << "SIGSTOP did not stop every thread";
+  ASSERT_TRUE(c.send(request("GET", "/second"), deadline_in(kIoTimeout))) << c.error();
+  server_->send_signal(SIGTERM);  // pending while frozen: it and the request are both there at SIGCONT
+  server_->send_signal(SIGCONT);
+  const auto second = c.read_response(deadline_in(kIoTimeout));
+  ASSERT_TRUE(second) << "the request that waited at the stop: " << c.error();
+  EXPECT_TRUE(is_ok_response(*second, false, "close"));
+}
+
 // A stop while a client is halfway through its request, with a request deadline of an hour: the server exits
 // within the stop's grace, not at the deadline. (For 01 the stop could come between its check of the stop flag and
 // its recv(); the signal handler now shuts the connection's reading side, as 02 and 04 do from their main thread.

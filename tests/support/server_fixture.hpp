@@ -208,6 +208,12 @@ inline std::vector<ServerInfo> servers(std::initializer_list<int> numbers) {
   return out;
 }
 
+// The servers whose event loop drives common/connection.hpp (issue 34). Two of its rules are checked on these only,
+// because the others still break them until they are ported (06 and 07 next; 01, 02 and 04 keep their blocking
+// code and need a change of their own): a request already waiting when a stop comes is answered with
+// Connection: close, and a body that keeps coming is timed by its gaps, not cut off at the head's deadline.
+inline bool drives_connection_engine(const ServerInfo& s) { return s.number == 3 || s.number == 5; }
+
 // The seven programs in their default mode, or the variants alone, out of `list`.
 inline std::vector<ServerInfo> without_variants(const std::vector<ServerInfo>& list) {
   std::vector<ServerInfo> out;
