@@ -7,24 +7,24 @@
 // a socket, so every transition is unit-tested without one (tests/unit/connection_test.cpp). Python's h11 and
 // Rust's quinn-proto are built the same way ("sans-I/O"); so is nginx's ngx_http_request apart from ngx_epoll_module.
 //
-//               start                                      bytes: a whole request, and the handler's delay
-//                 |    .--- bytes: not yet a whole request      is a timer (--handler sleep|spin, --delay-us 0:
-//                 v    v    |                                   answered at once, going straight to SENDING)
-//             +---------+---'   request complete               +---------+
-//   .-------->| READING |------------------------------------->| WAITING |
-//   |         +---------+                                      +---------+
-//   |           |  |  | timer: the head's, the body's gap or bound | timer: the handler is done
-//   |           |  |  '--> RESET                                   v
-//   |           |  | bad request, "100 Continue"          +---------+  sent all  (keep-alive)
-//   |           |  '------------------------------------->| SENDING |-------------------------------------> READING
-//   |           | EOF or error: CLOSE (stopping, its      +---------+  sent all, not kept: shutdown(SHUT_WR)
-//   |           | timer: CLOSE)                             |   ^   |------------.
-//   |           v                             socket full  v   | writable        v
-//   |         CLOSE                                  +---------+           +-----------+ EOF, 16 MiB, its
-//   |                                                | BLOCKED |           | LINGERING |-----------------> CLOSE
-//   '--- send failed, or no progress for --idle-timeout: RESET +-----------+   timer
+//           start                                   a whole request (the handler's delay is a timer;
+//             v       bytes: not yet a request    +---------+  --handler sleep|spin or --delay-us 0: at once)
+//        +---------+----------------------------->| WAITING |
+//   .--->| READING |                              +---------+
+//   |    +---------+  a bad request,                   | timer: the handler is done
+//   |      |    |     "100 Continue"                   v
+//   |      |    '---------------------------->   +---------+   socket full   +---------+
+//   |      |                                     | SENDING |---------------->| BLOCKED |
+//   |      | timer: head / body too slow: RESET  +---------+<----------------+---------+
+//   |      | EOF, error: CLOSE                    |     |        writable      | no progress for T: RESET
+//   |      v                         keep-alive   |     | Connection: close, an error, a stop
+//   '---------------------------------------------'     v  (shutdown(SHUT_WR) first)
+//                                                   +-----------+  EOF, 16 MiB, its timer
+//                                                   | LINGERING |------------------------> CLOSE
+//                                                   +-----------+
 //
-//   every state: the stop's grace over -> RESET; EOF or error -> CLOSE. CLOSE and RESET lead to DONE, for ever.
+//   Every state: a failed send -> RESET; EOF or an error -> CLOSE; the stop's grace over -> RESET. CLOSE and RESET
+//   lead to DONE, for ever. A stop: READING's timer becomes due at once (see on_stop), and then CLOSE.
 //
 // The deadlines, one per connection at a time (--idle-timeout is T):
 //   READING    the head: T from when the wait began (accept, or the last response sent); reads do not move it, so
