@@ -7,24 +7,24 @@
 // a socket, so every transition is unit-tested without one (tests/unit/connection_test.cpp). Python's h11 and
 // Rust's quinn-proto are built the same way ("sans-I/O"); so is nginx's ngx_http_request apart from ngx_epoll_module.
 //
-//               start                                      bytes: a whole request, and the handler's delay
-//                 |    .--- bytes: not yet a whole request      is a timer (--handler sleep|spin, --delay-us 0:
-//                 v    v    |                                   answered at once, going straight to SENDING)
-//             +---------+---'   request complete               +---------+
-//   .-------->| READING |------------------------------------->| WAITING |
-//   |         +---------+                                      +---------+
-//   |           |  |  | timer: the head's, the body's gap or bound | timer: the handler is done
-//   |           |  |  '--> RESET                                   v
-//   |           |  | bad request, "100 Continue"          +---------+  sent all  (keep-alive)
-//   |           |  '------------------------------------->| SENDING |-------------------------------------> READING
-//   |           | EOF or error: CLOSE (stopping, its      +---------+  sent all, not kept: shutdown(SHUT_WR)
-//   |           | timer: CLOSE)                             |   ^   |------------.
-//   |           v                             socket full  v   | writable        v
-//   |         CLOSE                                  +---------+           +-----------+ EOF, 16 MiB, its
-//   |                                                | BLOCKED |           | LINGERING |-----------------> CLOSE
-//   '--- send failed, or no progress for --idle-timeout: RESET +-----------+   timer
+//           start                                   a whole request (the handler's delay is a timer;
+//             v       bytes: not yet a request    +---------+  --handler sleep|spin or --delay-us 0: at once)
+//        +---------+----------------------------->| WAITING |
+//   .--->| READING |                              +---------+
+//   |    +---------+  a bad request,                   | timer: the handler is done
+//   |      |    |     "100 Continue"                   v
+//   |      |    '---------------------------->   +---------+   socket full   +---------+
+//   |      |                                     | SENDING |---------------->| BLOCKED |
+//   |      | timer: head / body too slow: RESET  +---------+<----------------+---------+
+//   |      | EOF, error: CLOSE                    |     |        writable      | no progress for T: RESET
+//   |      v                         keep-alive   |     | Connection: close, an error, a stop
+//   '---------------------------------------------'     v  (shutdown(SHUT_WR) first)
+//                                                   +-----------+  EOF, 16 MiB, its timer
+//                                                   | LINGERING |------------------------> CLOSE
+//                                                   +-----------+
 //
-//   every state: the stop's grace over -> RESET; EOF or error -> CLOSE. CLOSE and RESET lead to DONE, for ever.
+//   Every state: a failed send -> RESET; EOF or an error -> CLOSE; the stop's grace over -> RESET. CLOSE and RESET
+//   lead to DONE, for ever. A stop: READING's timer becomes due at once (see on_stop), and then CLOSE.
 //
 // The deadlines, one per connection at a time (--idle-timeout is T):
 //   READING    the head: T from when the wait began (accept, or the last response sent); reads do not move it, so
@@ -49,8 +49,8 @@
 //      away. Bytes given while no read was asked for (a completion already in flight) are kept for later.
 //   5. Sending: on kSend, send what outgoing() holds: readiness loops call send_some() on it (response.hpp) and
 //      report its SendProgress; completion loops send send_span() (the rest of the head, then a file range for
-//      sendfile or splice) and report the bytes taken with on_sent_bytes(n). The span stays valid until the next on_sent*()
-//      or release(). Blocked (EAGAIN): report kBlocked, wait for writability, then on_writable().
+//      sendfile or splice) and report the bytes taken with on_sent_bytes(n). The span stays valid until the next
+//      on_sent*() or release(). Blocked (EAGAIN): report kBlocked, wait for writability, then on_writable().
 //   6. Next::shutdown: call shutdown(SHUT_WR) before anything else (LINGERING begins); if it fails, on_peer_gone().
 //   7. kClose: close the socket once nothing is in flight on it; kReset: SO_LINGER {1, 0} first (closing.hpp).
 //      The connection is then DONE: every event answers kUnchanged. Completion loops call release() once no
@@ -128,6 +128,7 @@ class ConnectionEngine {
   using Clock = std::chrono::steady_clock;
   using Prepare = void (*)(Outgoing&);  // called on every response before it is sent (03 moves a file's fd)
 
+  // `opts` is kept by reference: it must outlive the engine (the loops' options live as long as the process).
   explicit ConnectionEngine(const Options& opts, Prepare prepare = nullptr) : opts_(opts), prepare_(prepare) {}
   const Options& options() const { return opts_; }
 
@@ -221,6 +222,7 @@ class ConnectionEngine {
     if (now < deadline(c)) return next(c, Do::kUnchanged, true);  // the deadline moved later: look again then
     switch (c.phase_) {
       case Connection::Phase::kWaiting:  // the handler is done
+        if (c.stopping_) c.x_->request.keep_alive = false;  // stopped while it waited: its answer is the last
         return begin_sending(c, respond(opts_, c.x_->request), now, true);
       case Connection::Phase::kReading:  // stopping: nothing (more) came; else the head or the body was too slow
         return finish(c, c.stopping_ ? Do::kClose : Do::kReset);

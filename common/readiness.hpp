@@ -9,8 +9,8 @@
 //   bool watch(int fd, std::uint32_t before, std::uint32_t want)   watch fd for kWantRead / kWantWrite / nothing
 //                                                                  (before: kUnwatched for a new fd)
 //   void forget(int fd)                                            before the fd closes
+//   void watch_listener(bool on)                                   watch the listener for new connections, or not
 //   void stop_listening()                                          the stop: close the listener, quiet the stop fd
-//   void on_loop_timer()                                           a timer it armed with add_loop_timer()
 #pragma once
 
 #include <sys/socket.h>
@@ -45,10 +45,12 @@ class ReadinessLoop {
     Connection life;                     // its HTTP state (connection.hpp): 24 bytes while idle
   };
   // [/excerpt:conn]
+  // What an idle connection costs us, besides its table entry and its timer: the kernel's socket costs several KiB.
+  static_assert(sizeof(Conn) <= 40, "an idle connection's state is a few words; a request's is an Exchange");
 
  protected:
   // Timers are never cancelled (timers.hpp). One names its connection by fd, generation (an fd number is reused)
-  // and epoch (connection.hpp: a deadline that moved earlier); fd kWakeUp only wakes the loop, kLoop is Poller's.
+  // and epoch (connection.hpp: a deadline that moved earlier); fd kWakeUp only wakes the loop, kLoop ends a pause.
   struct Timer {
     int fd;
     std::uint32_t epoch;
@@ -88,8 +90,10 @@ class ReadinessLoop {
   }
 
   // [excerpt:ready]
-  // Readable: one recv(), whatever the state (LINGERING's bytes are thrown away by the engine). Level-triggered
-  // readiness reports the socket again next turn if more is left, so no connection starves the others.
+  // Readable: one recv(), whatever the state (LINGERING's bytes are thrown away by the engine). This needs
+  // level-triggered readiness (select(), and epoll without EPOLLET): the socket is reported again next turn if more
+  // is left, so no connection starves the others and no missed edge can hang one. (Edge-triggered, every handler
+  // must read and write until EAGAIN: that is a lab.)
   void on_readable(Conn& c) {
     char buffer[4096];  // at most 4 KiB a turn: the parser answers before a head grows far past its 8 KiB limit
     ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
@@ -129,7 +133,13 @@ class ReadinessLoop {
   }
   // [/excerpt:ready]
 
-  void add_loop_timer(Clock::time_point when) { timers_.add(when, Timer{kLoop, 0, 0}); }
+  // Out of descriptors with a connection we can neither accept nor shed (net.hpp: accept_client()): the listener
+  // stays readable, so a level-triggered loop would spin on it. Stop watching it for kAcceptPause; a timer turns
+  // it back on.
+  void pause_accepting() {
+    poller().watch_listener(false);
+    timers_.add(Clock::now() + kAcceptPause, Timer{kLoop, 0, 0});
+  }
 
   std::unordered_map<int, Conn> conns_;  // fd -> connection: the one owner of every connection's state
   bool stopping_ = false;
@@ -144,7 +154,7 @@ class ReadinessLoop {
   }
 
   void on_timer(const Timer& t, Clock::time_point now) {
-    if (t.fd == kLoop) return poller().on_loop_timer();
+    if (t.fd == kLoop) return poller().watch_listener(true);  // the accept pause is over
     if (t.fd == kWakeUp || is_stale(t)) return;  // the stop's wake-up, or a connection closed since
     Conn& c = conns_.at(t.fd);
     apply(c, engine_.on_timer(c.life, t.epoch, now));

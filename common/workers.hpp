@@ -42,7 +42,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -81,6 +83,25 @@ inline std::vector<Fd> worker_listen_sockets(const Options& opts, int count) {
   ::close(std::exchange(detail::worker_ready_fd, -1));
   return std::move(detail::worker_listeners);
 }
+
+// [excerpt:run-loops]
+// The event loops' main() (03, 05): `count` loops, one per thread, each with its own listener (SO_REUSEPORT when
+// there are several: the kernel spreads new connections across them) and its own connections and timers; only the
+// stop flag is shared. Each Loop is built before the listeners exist, so that what can fail at start-up (an epoll
+// instance) fails before "listening on"; then listen_on(listener), then run() on a thread of its own (the calling
+// thread only waits: a worker that runs its threads has started, see tests/integration/processes_test.cpp).
+// Returns once every loop has stopped and drained.
+template <class Loop>
+void run_loops(const Options& opts, int count) {
+  std::vector<std::unique_ptr<Loop>> loops;  // a running loop must not move
+  for (int i = 0; i < count; ++i) loops.push_back(std::make_unique<Loop>(opts));
+  std::vector<Fd> listeners = worker_listen_sockets(opts, count);
+  for (int i = 0; i < count; ++i) loops[i]->listen_on(std::move(listeners[i]));
+  std::vector<std::thread> threads;
+  for (auto& loop : loops) threads.emplace_back(&Loop::run, loop.get());
+  for (std::thread& t : threads) t.join();
+}
+// [/excerpt:run-loops]
 
 namespace detail {
 

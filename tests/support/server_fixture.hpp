@@ -208,6 +208,7 @@ inline std::vector<ServerInfo> servers(std::initializer_list<int> numbers) {
   return out;
 }
 
+
 // The seven programs in their default mode, or the variants alone, out of `list`.
 inline std::vector<ServerInfo> without_variants(const std::vector<ServerInfo>& list) {
   std::vector<ServerInfo> out;
@@ -499,7 +500,8 @@ using ServerTest = ServerFixture<ServerInfo>;
 // is answered. The chapters listed here follow them; the checks of those rules skip the others (their event loops
 // are being moved onto one connection engine), and always run on a graded server.
 inline bool follows_the_connection_rules(const ServerInfo& s) {
-  return graded_command() || s.number == 1 || s.number == 2 || s.number == 4 || s.number == 7;
+  return graded_command() || s.number == 1 || s.number == 2 || s.number == 3 || s.number == 4 || s.number == 5 ||
+         s.number == 7;
 }
 #define SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES()                                          \
   if (!follows_the_connection_rules(server_info()))                                            \
