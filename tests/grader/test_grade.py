@@ -121,6 +121,49 @@ class RootCauses(unittest.TestCase):
         self.assertEqual(results["t2"][0], "failed")
 
 
+FAKE_SUITE = r"""#!/usr/bin/env python3
+import sys, time
+tests = sys.argv[1].split("=", 1)[1].split(":")
+for t in tests:
+    print(f"[ RUN      ] {t}", flush=True)
+    if "Hangs" in t:
+        time.sleep(60)
+    if "Fails" in t:
+        print("x_test.cpp:12: Failure\nValue of: r\n  Actual: false (GET /a.txt: got 404, want 200)\nExpected: true")
+        print(f"[  FAILED  ] {t} (3 ms)", flush=True)
+    else:
+        print(f"[       OK ] {t} (1 ms)", flush=True)
+"""
+
+
+class Running(unittest.TestCase):
+    """run_checks() with a fake suite: a check past its limit is stopped and failed, and the rest go on."""
+
+    def test_a_check_past_its_limit_is_stopped_and_the_others_run(self):
+        a = grade.Category("a", 10, ["*"], [])
+        chosen = [(f"S/{n}/graded", n, a) for n in ("A.First", "B.Hangs", "C.Fails", "D.Last")]
+        with tempfile.TemporaryDirectory(prefix="psp-run-") as top:
+            suite = os.path.join(top, "suite")
+            with open(suite, "w") as f:
+                f.write(FAKE_SUITE.replace("/usr/bin/env python3", sys.executable))
+            os.chmod(suite, 0o755)
+            results, details, end = grade.run_checks(suite, dict(os.environ), chosen, top, 30, 1)
+        self.assertEqual(end, "")
+        self.assertEqual({t.split("/")[1]: r[0] for t, r in results.items()},
+                         {"A.First": "passed", "B.Hangs": "failed", "C.Fails": "failed", "D.Last": "passed"})
+        self.assertIn("stopped by the grader after its time limit of 1 s", details["S/B.Hangs/graded"]["message"])
+        self.assertEqual(details["S/C.Fails/graded"]["message"], "GET /a.txt: got 404, want 200")
+
+    def test_messages_lose_the_test_framework_frame(self):
+        self.assertEqual(grade.clean("a.cpp:3\nValue of: r\n  Actual: false\nExpected: true\nconnection 8: timed out"),
+                         "connection 8: timed out")
+        self.assertEqual(grade.clean("a.cpp:3\nExpected equality of these values:\n  r->status\n    Which is: 404\n"
+                                     "  200"), "r->status is 404, expected 200")
+        self.assertEqual(grade.short("crashed (SIGSEGV) during X; the last lines of its stderr: (a)", 200),
+                         "crashed (SIGSEGV) during X")
+        self.assertNotIn("(", grade.short("x " * 50 + "(a b c d e f)", 105))
+
+
 class Usage(unittest.TestCase):
     def usage_error(self, argv):
         args = grade.parse_args(argv)
