@@ -68,6 +68,12 @@ def parse_args(argv):
                    help=f"stop a check after S seconds, and fail it ({CHECK_LIMIT}): the rest go on")
     p.add_argument("--memory", type=int, default=16384, metavar="MIB",
                    help="the address space each server process may use (RLIMIT_AS), in MiB: 16384; 0 for no cap")
+    p.add_argument("--user", metavar="NAME", default=None,
+                   help="when the grader runs as root: the user the server runs as (default nobody; 'root' keeps "
+                   "root). The server also gets a private TMPDIR, removed afterwards. Ignored when not root")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --each: grade N submissions at once (1). Each check of a submission still runs one "
+                   "at a time; on a machine of C cores, N up to C/2 keeps the timing checks' verdicts")
     p.add_argument("--perf", action="store_true",
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
@@ -134,6 +140,36 @@ def check_command(args):
                          "serve goes, e.g. -- python3 server.py {port} {root}")
 
 
+def run_as(args):
+    """The words that run the server as --user: [] unless the grader is root and the user is not root. Raises
+    UsageError for an unknown user, a missing setpriv, or a command the user cannot read."""
+    if os.geteuid() != 0 or args.url is not None:
+        return [], None
+    name = args.user or "nobody"
+    if name == "root":
+        return [], None
+    import pwd
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise UsageError(f"--user {name}: no such user")
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        raise UsageError(f"running the server as {name} needs setpriv (apt-get install util-linux), or give --user root")
+    prefix = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--"]
+    if args.command:
+        program = shutil.which(args.command[0]) or args.command[0]
+        paths = [program] + [w for w in args.command[1:] if os.sep in w and os.path.exists(w)]
+        out = subprocess.run(prefix + ["sh", "-c", 'for f; do [ -r "$f" ] || echo "$f"; done', "sh", *paths],
+                             capture_output=True, text=True, timeout=30)
+        bad = out.stdout.split("\n")[0].strip()
+        if bad:
+            raise UsageError(f"the server runs as the user {name} (--user), who cannot read {bad}: put the command "
+                             f"where {name} can read it (each folder above it needs o+x), or give --user root to run "
+                             "it as root")
+    return prefix, entry
+
+
 def check_url(args):
     """Raises UsageError when nothing accepts at --url, or --pid names no process."""
     if args.pid is not None:
@@ -168,6 +204,12 @@ class Category:
 
 
 QUIET = "passes without an answer"
+CHOICES = {}  # rubric.ini [choices]: the grader's taste where the RFCs leave a server free, for the checks
+
+
+def choice_env():
+    """The rubric's [choices] for the suite: PSP_GRADE_CHOICE_NAME=value (tests/support/server_fixture.hpp)."""
+    return {f"PSP_GRADE_CHOICE_{name.upper()}": value for name, value in CHOICES.items()}
 
 
 def load_rubric(path, profile):
@@ -191,6 +233,9 @@ def load_rubric(path, profile):
     if not categories:
         raise UsageError(f"{path} has no category for the profile '{profile}'")
     rfc = list(parser["rfc"].items()) if parser.has_section("rfc") else []
+    CHOICES.clear()
+    if parser.has_section("choices"):
+        CHOICES.update(parser["choices"].items())
     if parser.has_section(QUIET):
         for cat in categories:
             cat.quiet = parser[QUIET].get("checks", "").split()
@@ -775,9 +820,14 @@ def unframe(body):
         line = lines[i]
         m = re.match(r"^Value of: (.*)$", line)
         if m and i + 1 < len(lines) and re.match(r"^\s*Actual: (true|false)", lines[i + 1]):
-            actual = lines[i + 1].strip()[len("Actual: "):]
+            # The assertion's own words may run over several lines, up to the ")" before "Expected: ...".
+            end = next((k for k in range(i + 1, len(lines)) if re.match(r"^Expected: (true|false)$", lines[k])),
+                       len(lines))
+            actual = "\n".join(lines[i + 1:end]).strip()[len("Actual: "):]
             words = re.match(r"^(true|false) \((.*)\)$", actual, re.S)
-            i += 2
+            if not words:
+                end, actual = i + 2, lines[i + 1].strip()[len("Actual: "):]
+            i = end
             if i < len(lines) and re.match(r"^Expected: (true|false)$", lines[i]):
                 i += 1
             rest = [ln for ln in lines[i:] if ln.strip()]
@@ -823,10 +873,13 @@ GTEST_NOISE = ("while:", "Value of:", "Actual:", "Expected:", "Which is:", "Expe
 def cause_of(message):
     """The line of a failure that says what went wrong, without GoogleTest's "Value of: r / Actual: false" frame."""
     lines = [line for line in message.splitlines() if line.strip()]
-    for line in lines:
+    for i, line in enumerate(lines):
         if line.lstrip().startswith("Actual: false ("):  # an assertion's own words, in GoogleTest's parentheses
             return line.split("(", 1)[1].rstrip(":)").strip()
         if not line.lstrip().startswith(GTEST_NOISE) and not line.startswith("  "):
+            if line.rstrip().endswith(":") and i + 1 < len(lines) and lines[i + 1].startswith("  "):
+                # "2 of 6 failed:" and its first item
+                return f"{line.strip()} {lines[i + 1].strip()}"
             return line.strip()
     return lines[0].strip() if lines else ""
 
@@ -873,22 +926,40 @@ def mark_dependents(chosen, results, details, profile):
 
 def void_quiet_passes(chosen, results, details):
     """A server that answered nothing valid in a category gets nothing there: a check that a server passes by doing
-    nothing (it sits idle, it closes a dribbling client) counts only when another check of its category passed, one
-    that needs a valid answer. Otherwise it becomes failed, saying why. Returns the checks changed."""
+    nothing (it sits idle, it closes a dribbling client) counts only when another check of its category got a valid
+    HTTP answer (it passed, or failed on what a valid response said: a wrong status, a leak). Where no such check of
+    the category ran (skipped, lacking), the whole run decides. Otherwise the quiet pass becomes failed, saying why.
+    Returns the checks changed."""
     changed = []
+
+    def is_quiet(check, cat):
+        return matches(check.split("[")[0], cat.quiet) or matches(check, cat.quiet)
+
+    def outcome(t):
+        return results.get(t, ("not run",))[0]
+
+    def got_answer(t):
+        if outcome(t) == "passed":
+            return True
+        message = details.get(t, {}).get("message", "")
+        return outcome(t) == "failed" and not client_failure(message) and not any(
+            words in message for words in (SILENT, "stopped by the grader"))
+
+    loud = [(t, c) for t, check, c in chosen if not is_quiet(check, c) and outcome(t) in ("passed", "failed", "not run")]
+    anywhere = any(got_answer(t) for t, _ in loud)
     for cat in {id(c): c for _, _, c in chosen}.values():
-        mine = [(t, check) for t, check, c in chosen if c is cat]
-        quiet = [(t, check) for t, check in mine if matches(check.split("[")[0], cat.quiet) or matches(check, cat.quiet)]
-        answered = any(results.get(t, ("",))[0] == "passed" for t, check in mine if (t, check) not in quiet)
-        if answered or len(quiet) == len(mine):
+        quiet = [(t, check) for t, check, c in chosen if c is cat and is_quiet(check, cat)]
+        mine = [t for t, c in loud if c is cat]
+        answered = any(got_answer(t) for t in mine) if mine else anywhere
+        if answered:
             continue
         for t, check in quiet:
             result, ms, _ = results.get(t, ("", 0, ""))
             if result == "passed":
                 results[t] = ("failed", ms, "")
                 details[t] = {"message": f"passed only by doing nothing, and counts nothing: no check of the "
-                              f"category '{cat.name}' that needs a valid HTTP answer passed (a rubric choice: "
-                              f"rubric.ini [{QUIET}])"}
+                              f"category '{cat.name}' got a valid HTTP answer (a rubric choice: rubric.ini "
+                              f"[{QUIET}])"}
                 changed.append(check)
     return changed
 
@@ -1083,62 +1154,92 @@ def each_options(argv):
         if skip:
             skip = False
             continue
-        if word in ("--each", "--report"):
+        if word in ("--each", "--report", "--jobs"):
             skip = True
             continue
-        if word.startswith(("--each=", "--report=")):
+        if word.startswith(("--each=", "--report=", "--jobs=")):
             continue
         out.append(word)
     return out
 
 
 def grade_each(args, argv):
-    """Grades every submission that args.each matches, in turn, each by its own run of this script (its own
-    report, its own process tree); writes grades.csv and grades.jsonl in args.report. Exit 0 when every
-    submission got full marks, 1 otherwise, 2 when the pattern matches nothing."""
+    """Grades every submission that args.each matches, each by its own run of this script (its own report, its own
+    process tree), --jobs at a time; writes a line to grades.csv and grades.jsonl in args.report as each finishes,
+    and at the end grades.md, a table of the class in name order, also printed. Exit 0 when every submission got
+    full marks, 1 otherwise, 2 when the pattern matches nothing."""
+    import concurrent.futures
     import csv
     import glob as globbing
+    import threading
     paths = sorted(globbing.glob(args.each))
     if not paths:
         print(f"tests/grade.sh: --each {args.each} matches no file", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print("tests/grade.sh: --jobs takes a number of at least 1", file=sys.stderr)
+        return 2
     os.makedirs(args.report, exist_ok=True)
     options = each_options(argv)
     fields = ["name", "score", "possible", "exit", "seconds", "first_cause", "path"]
-    rows = []
-    with open(os.path.join(args.report, "grades.csv"), "w", newline="") as table, \
-            open(os.path.join(args.report, "grades.jsonl"), "w") as lines:
-        writer = csv.DictWriter(table, fieldnames=fields)
-        writer.writeheader()
-        for path in paths:
-            name = submission_name(path)
-            report = os.path.join(args.report, name)
-            command = [w.replace("{submission}", path) for w in args.command] if args.command else [path]
-            print(f"== {name}: {' '.join(command)}", flush=True)
-            if os.path.exists(os.path.join(report, "report.json")):
-                os.remove(os.path.join(report, "report.json"))  # an earlier run's, which a usage error would leave
-            started = time.monotonic()
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), *options, "--report", report, "--",
-                                  *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            seconds = round(time.monotonic() - started, 1)
-            row = {"name": name, "score": None, "possible": None, "exit": out.returncode, "seconds": seconds,
-                   "first_cause": "", "path": path}
-            said = out.stdout.strip().splitlines() or [""]
-            try:
-                with open(os.path.join(report, "report.json")) as f:
-                    r = json.load(f)
-                row.update(score=r["score"], possible=r["possible"], first_cause=r.get("first_cause", ""))
-            except (OSError, ValueError, KeyError):
-                row["first_cause"] = said[0] if out.returncode == 2 else said[-1]  # a usage error: its first line
+    rows, lock = [], threading.Lock()
+    started_all = time.monotonic()
+
+    def one(path):
+        name = submission_name(path)
+        report = os.path.join(args.report, name)
+        command = [w.replace("{submission}", path) for w in args.command] if args.command else [path]
+        if os.path.exists(os.path.join(report, "report.json")):
+            os.remove(os.path.join(report, "report.json"))  # an earlier run's, which a usage error would leave
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), *options, "--report", report, "--",
+                              *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seconds = round(time.monotonic() - started, 1)
+        row = {"name": name, "score": None, "possible": None, "exit": out.returncode, "seconds": seconds,
+               "first_cause": "", "path": path}
+        said = out.stdout.strip().splitlines() or [""]
+        try:
+            with open(os.path.join(report, "report.json")) as f:
+                r = json.load(f)
+            row.update(score=r["score"], possible=r["possible"], first_cause=r.get("first_cause", ""))
+        except (OSError, ValueError, KeyError):
+            row["first_cause"] = said[0] if out.returncode == 2 else said[-1]  # a usage error: its first line
+        with lock:
             writer.writerow(row)
             table.flush()
             lines.write(json.dumps(row) + "\n")
             lines.flush()
             rows.append(row)
-            shown = "-" if row["score"] is None else f"{row['score']:g} / {row['possible']:g}"
-            print(f"   {shown}  exit {row['exit']}  {seconds:g} s  {short(row['first_cause'], 120)}", flush=True)
-    print(f"grades: {os.path.join(args.report, 'grades.csv')} and grades.jsonl ({len(rows)} submissions)")
+            print(f"== {name}: {' '.join(command)}\n   {score_text(row)}  exit {row['exit']}  {seconds:g} s  "
+                  f"{short(row['first_cause'], 120)}", flush=True)
+
+    with open(os.path.join(args.report, "grades.csv"), "w", newline="") as table, \
+            open(os.path.join(args.report, "grades.jsonl"), "w") as lines:
+        writer = csv.DictWriter(table, fieldnames=fields)
+        writer.writeheader()
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, paths))
+    rows.sort(key=lambda r: r["name"])
+    summary = class_table(rows, time.monotonic() - started_all, args.jobs)
+    with open(os.path.join(args.report, "grades.md"), "w") as f:
+        f.write("\n".join(summary) + "\n")
+    print("\n" + "\n".join(summary))
+    print(f"grades: {os.path.join(args.report, 'grades.md')}, grades.csv and grades.jsonl ({len(rows)} submissions)")
     return 0 if all(r["exit"] == 0 for r in rows) else 1
+
+
+def score_text(row):
+    return "-" if row["score"] is None else f"{row['score']:g} / {row['possible']:g}"
+
+
+def class_table(rows, seconds, jobs):
+    """The class at a glance, in name order: a Markdown table."""
+    out = [f"# Grades: {len(rows)} submissions in {seconds:.0f} s (--jobs {jobs})", "",
+           "| submission | score | exit | seconds | first cause |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        cause = short(r["first_cause"], 100).replace("|", "\\|")
+        out.append(f"| {r['name']} | {score_text(r)} | {r['exit']} | {r['seconds']:g} | {cause} |")
+    return out
 
 
 def become_subreaper():
@@ -1192,9 +1293,30 @@ def main(argv):
         return 2
     if args.each:
         return grade_each(args, argv)
+    try:
+        prefix, user = run_as(args) if not args.list else ([], None)
+    except UsageError as e:
+        print(f"tests/grade.sh: {e}", file=sys.stderr)
+        return 2
+    # A private temporary folder for the server (TMPDIR) and for the grader's own, removed at the end.
+    private = tempfile.mkdtemp(prefix="psp-grade-tmp-")
+    if user:
+        os.chown(private, user.pw_uid, user.pw_gid)
+    tempfile.tempdir = private
+    os.environ["TMPDIR"] = private
+    try:
+        return grade(args, categories, rfc, prefix, user)
+    finally:
+        tempfile.tempdir = None
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def grade(args, categories, rfc, prefix, user):
+    """Grades args.command (run through `prefix`: setpriv to --user) or args.url; returns the exit status."""
     os.environ["PSP_GRADE_MEMORY_MB"] = str(args.memory)  # for the suite's servers and for start()'s
-    env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
-               PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
+    served = prefix + args.command if args.command else []
+    env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(served or ["(none)"]),
+               PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile, **choice_env())
     if args.url is not None:  # the suite attaches to the running server (server_fixture.hpp, launch_attached)
         env.update(PSP_GRADE_URL_PORT=str(args.url_port), PSP_GRADE_URL_PID=str(args.pid or 0))
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
@@ -1213,8 +1335,10 @@ def main(argv):
     if args.suggestion:
         print(f"note: {args.suggestion}", flush=True)
     os.makedirs(args.report, exist_ok=True)
+    if user:
+        print(f"the server runs as {user.pw_name} (--user), with TMPDIR={tempfile.gettempdir()}", flush=True)
     if args.url is None:
-        why, behaviour = preflight(args.command)
+        why, behaviour = preflight(served)
     else:  # check_url() found the running server
         why, behaviour = None, probe(args.url_port)
     if why and any("{root}" in w for w in args.command) and "(a daemon)" not in why:
@@ -1244,7 +1368,7 @@ def main(argv):
         performance = {"error": "--perf starts the server itself, next to nginx: give a command, not --url"}
     elif args.perf and not why:
         print("performance: ab next to nginx, 3 rounds...", flush=True)
-        performance = perf(args.command)
+        performance = perf(served)
     survivors = sweep()
     if survivors:
         more = f" and {len(survivors) - 3} more" if len(survivors) > 3 else ""
