@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <iostream>
@@ -75,7 +76,22 @@ bool is_content_type(std::string_view got, std::string_view want) {
 
 // A path as a file server reads it: dot segments removed (RFC 3986 5.2.4) and a run of '/' read as one; the query
 // stays. "/.//evil.example/" -> "/evil.example/".
-std::string served_path(std::string_view target) {
+std::string served_path(std::string_view raw) {
+  // RFC 3986 6.2.2.2: a percent-encoded unreserved character is the character itself (/%73ub/ is /sub/).
+  std::string decoded;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
+      const char c = static_cast<char>(std::stoi(std::string(raw.substr(i + 1, 2)), nullptr, 16));
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '~') {
+        decoded += c;
+        i += 2;
+        continue;
+      }
+    }
+    decoded += raw[i];
+  }
+  const std::string_view target = decoded;
   const std::size_t query = std::min(target.find('?'), target.size());
   const std::string_view path = target.substr(0, query);
   std::vector<std::string_view> kept;
