@@ -2,8 +2,8 @@
 """Grades an HTTP server with the integration suite: run by tests/grade.sh (which installs and builds first).
 
     grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR] [--timeout S]
-             [--memory MIB] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
-    grade.py [options] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
+             [--check-timeout S] [--memory MIB] [--user NAME] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+    grade.py [options] [--jobs N] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
     grade.py [options] --url http://127.0.0.1:PORT/ [--pid PID]
 
 The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
@@ -73,7 +73,7 @@ def parse_args(argv):
                    "root). The server also gets a private TMPDIR, removed afterwards. Ignored when not root")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --each: grade N submissions at once (1). Each check of a submission still runs one "
-                   "at a time; on a machine of C cores, N up to C/2 keeps the timing checks' verdicts")
+                   "at a time; keep N at most the number of cores (2 on a 2-CPU machine gives the same verdicts)")
     p.add_argument("--perf", action="store_true",
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
@@ -609,7 +609,14 @@ def run_batch(suite, env, tests, json_path, deadline, limit, on_result):
                     current = None
     finally:
         sel.close()
+        servers = descendants(proc.pid) if proc.poll() is None else []  # the servers of a check stopped midway
         stop(proc)
+        for pid in servers:  # the check's, not left behind by the student's server: stopped here, never blamed
+            for target in (-pid, pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         proc.stdout.close()
         remove_static_roots(proc.pid)
     if stopped is not None:
@@ -688,6 +695,27 @@ def run_checks(suite, env, chosen, report_dir, timeout, limit, silent=""):
         if results.get(test, ("",))[0] == "failed" and (test not in details or "message" not in details[test]):
             details.setdefault(test, {}).update(said)
     return results, details, end
+
+
+def descendants(pid):
+    """The processes below `pid` (its children, theirs...), from /proc: the servers a suite process started."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def remove_static_roots(pid):
