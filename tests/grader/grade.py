@@ -156,7 +156,11 @@ def run_as(args):
     setpriv = shutil.which("setpriv")
     if not setpriv:
         raise UsageError(f"running the server as {name} needs setpriv (apt-get install util-linux), or give --user root")
-    prefix = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--"]
+    # One capability is kept, CAP_IPC_LOCK: without it io_uring's rings count against RLIMIT_MEMLOCK, summed over
+    # every process of the user (8 MiB here, and root may not raise it in a container): a server with a ring per
+    # thread, or two graded at once (--jobs), fails io_uring_queue_init with ENOMEM. RLIMIT_AS still caps each one.
+    prefix = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
+              "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", "--"]
     if args.command:
         program = shutil.which(args.command[0]) or args.command[0]
         paths = [program] + [w for w in args.command[1:] if os.sep in w and os.path.exists(w)]
@@ -1365,6 +1369,7 @@ def grade(args, categories, rfc, prefix, user):
     os.makedirs(args.report, exist_ok=True)
     if user:
         print(f"the server runs as {user.pw_name} (--user), with TMPDIR={tempfile.gettempdir()}", flush=True)
+
     if args.url is None:
         why, behaviour = preflight(served)
     else:  # check_url() found the running server
