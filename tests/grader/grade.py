@@ -1114,9 +1114,22 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
     dependents = [c for c in checks if c["result"] == "not run" and DEPENDENT.match(c["message"])]
     failed = [c for c in checks if c["result"] in ("failed", "not run") and c not in dependents]
+    # Checks that failed with the very same words and nothing else to show (a silent server's, each stopped at its
+    # limit) are one section: the student reads the cause once.
+    same = {}
+    for c in failed:
+        if c["message"].strip() and not c["transcript"] and not c["stderr"]:
+            same.setdefault(c["message"].strip(), []).append(c)
+    grouped = {id(c) for group in same.values() if len(group) > 1 for c in group}
     if failed:
         md += ["", "## What failed", ""]
+        for message, group in same.items():
+            if len(group) > 1:
+                md += [f"### {len(group)} checks, each the same way", "", "```", message, "```", "",
+                       "; ".join(f"{c['check']} ({c['category']})" for c in group), ""]
         for c in failed:
+            if id(c) in grouped:
+                continue
             md += [f"### {c['check']} ({c['category']})", ""]
             if c["rfc"]:
                 md += [f"See {c['rfc']}.", ""]
