@@ -7,9 +7,11 @@
 #   ./tests/grade.sh --chapter 1 -- ./build/01-blocking-single/run_server   chapter 01's rules (one at a time)
 #   ./tests/grade.sh --profile static -- python3 my_server.py {port} {root}  any static-file server, any language
 #   ./tests/grade.sh --quick --report reports --each 'submissions/*/run.sh'  a folder of submissions: grades.csv
+#   ./tests/grade.sh --jobs 2 --report reports --each 'submissions/*/run.sh'   two at a time; grades.md, a table
 #   ./tests/grade.sh --quick --url http://127.0.0.1:8080/ --pid 1234     a server already running (left running)
 #   ./tests/grade.sh --help                                           every option
 #
+# As root, the server runs as nobody (--user NAME; --user root keeps root), with a private TMPDIR removed after.
 # Exit status: 0 when every check passed, 1 when one failed, 2 on bad usage. Like tests/run_tests.sh, it first
 # installs the packages it needs when run as root (otherwise it prints the one apt-get line), and builds the suite
 # in build/.

@@ -2,8 +2,8 @@
 """Grades an HTTP server with the integration suite: run by tests/grade.sh (which installs and builds first).
 
     grade.py [--profile course|static] [--quick] [--chapter N] [--rubric FILE] [--report DIR] [--timeout S]
-             [--memory MIB] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
-    grade.py [options] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
+             [--check-timeout S] [--memory MIB] [--user NAME] [--perf] [--suite BINARY] [--list] -- COMMAND [ARGS...]
+    grade.py [options] [--jobs N] --each 'submissions/*/run.sh' [-- COMMAND WITH {submission}]
     grade.py [options] --url http://127.0.0.1:PORT/ [--pid PID]
 
 The checks are the GoogleTest suite's (build/integration_tests), run on one command: the suite reads it from
@@ -64,8 +64,16 @@ def parse_args(argv):
     p.add_argument("--rubric", default=os.path.join(HERE, "rubric.ini"), help="categories and points (an .ini)")
     p.add_argument("--report", default="grade-report", metavar="DIR", help="where report.md and report.json go")
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="stop the checks after S seconds (600)")
+    p.add_argument("--check-timeout", type=float, default=CHECK_LIMIT, metavar="S",
+                   help=f"stop a check after S seconds, and fail it ({CHECK_LIMIT}): the rest go on")
     p.add_argument("--memory", type=int, default=16384, metavar="MIB",
                    help="the address space each server process may use (RLIMIT_AS), in MiB: 16384; 0 for no cap")
+    p.add_argument("--user", metavar="NAME", default=None,
+                   help="when the grader runs as root: the user the server runs as (default nobody; 'root' keeps "
+                   "root). The server also gets a private TMPDIR, removed afterwards. Ignored when not root")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --each: grade N submissions at once (1). Each check of a submission still runs one "
+                   "at a time; keep N at most the number of cores (2 on a 2-CPU machine gives the same verdicts)")
     p.add_argument("--perf", action="store_true",
                    help="also measure requests per second next to nginx (ab -k, 3 rounds): reported, not scored")
     p.add_argument("--suite", default=os.path.join(REPO, "build", "integration_tests"), help=argparse.SUPPRESS)
@@ -132,6 +140,40 @@ def check_command(args):
                          "serve goes, e.g. -- python3 server.py {port} {root}")
 
 
+def run_as(args):
+    """The words that run the server as --user: [] unless the grader is root and the user is not root. Raises
+    UsageError for an unknown user, a missing setpriv, or a command the user cannot read."""
+    if os.geteuid() != 0 or args.url is not None:
+        return [], None
+    name = args.user or "nobody"
+    if name == "root":
+        return [], None
+    import pwd
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise UsageError(f"--user {name}: no such user")
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        raise UsageError(f"running the server as {name} needs setpriv (apt-get install util-linux), or give --user root")
+    # One capability is kept, CAP_IPC_LOCK: without it io_uring's rings count against RLIMIT_MEMLOCK, summed over
+    # every process of the user (8 MiB here, and root may not raise it in a container): a server with a ring per
+    # thread, or two graded at once (--jobs), fails io_uring_queue_init with ENOMEM. RLIMIT_AS still caps each one.
+    prefix = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
+              "--inh-caps=+ipc_lock", "--ambient-caps=+ipc_lock", "--"]
+    if args.command:
+        program = shutil.which(args.command[0]) or args.command[0]
+        paths = [program] + [w for w in args.command[1:] if os.sep in w and os.path.exists(w)]
+        out = subprocess.run(prefix + ["sh", "-c", 'for f; do [ -r "$f" ] || echo "$f"; done', "sh", *paths],
+                             capture_output=True, text=True, timeout=30)
+        bad = out.stdout.split("\n")[0].strip()
+        if bad:
+            raise UsageError(f"the server runs as the user {name} (--user), who cannot read {bad}: put the command "
+                             f"where {name} can read it (each folder above it needs o+x), or give --user root to run "
+                             "it as root")
+    return prefix, entry
+
+
 def check_url(args):
     """Raises UsageError when nothing accepts at --url, or --pid names no process."""
     if args.pid is not None:
@@ -160,8 +202,18 @@ def chapter_from_path(path):
 # ---- the rubric -------------------------------------------------------------------------------------------------
 
 class Category:
-    def __init__(self, name, points, checks, quick):
+    def __init__(self, name, points, checks, quick, quiet=()):
         self.name, self.points, self.checks, self.quick = name, points, checks, quick
+        self.quiet = list(quiet)  # checks that a server passes by doing nothing (rubric.ini [passes without an answer])
+
+
+QUIET = "passes without an answer"
+CHOICES = {}  # rubric.ini [choices]: the grader's taste where the RFCs leave a server free, for the checks
+
+
+def choice_env():
+    """The rubric's [choices] for the suite: PSP_GRADE_CHOICE_NAME=value (tests/support/server_fixture.hpp)."""
+    return {f"PSP_GRADE_CHOICE_{name.upper()}": value for name, value in CHOICES.items()}
 
 
 def load_rubric(path, profile):
@@ -185,6 +237,12 @@ def load_rubric(path, profile):
     if not categories:
         raise UsageError(f"{path} has no category for the profile '{profile}'")
     rfc = list(parser["rfc"].items()) if parser.has_section("rfc") else []
+    CHOICES.clear()
+    if parser.has_section("choices"):
+        CHOICES.update(parser["choices"].items())
+    if parser.has_section(QUIET):
+        for cat in categories:
+            cat.quiet = parser[QUIET].get("checks", "").split()
     return categories, rfc
 
 
@@ -346,15 +404,56 @@ def trial_in_suite(suite, env, chosen, report_dir):
 
 
 def preflight(command):
-    """None when the command starts a server that accepts a connection, else one sentence saying why not."""
+    """(None, behaviour) when the command starts a server that accepts a connection, else (one sentence saying why
+    not, ""). behaviour is what probe() saw of one plain request."""
     root = tempfile.mkdtemp(prefix="psp-grade-root-")
+    os.chmod(root, 0o755)
     try:
-        proc, _, why = start(command, root)
+        proc, port, why = start(command, root)
+        behaviour = ""
         if proc:
+            behaviour = probe(port)
             stop(proc)
-        return why
+        return why, behaviour
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+PROBE_REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def probe(port, seconds=None):
+    """What a server does with one plain request: "answers" (a byte came back, valid or not), "silent" (the
+    connection stayed open and nothing came in `seconds`) or "closes" (closed or reset without a byte)."""
+    seconds = PROBE_SECONDS if seconds is None else seconds
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    except OSError:
+        return "answers"  # cannot tell: the checks will say
+    with s:
+        try:
+            s.sendall(PROBE_REQUEST)
+            s.settimeout(seconds)
+            return "answers" if s.recv(1) else "closes"
+        except socket.timeout:
+            return "silent"
+        except OSError:
+            return "closes"
+
+
+def behaviour_note(behaviour):
+    """The report's first words for a server that answered no request: one sentence, what was sent and seen."""
+    request = "GET / HTTP/1.1 with Host and Connection: close"
+    if behaviour == "silent":
+        return (f"The server {SILENT}: the grader sent {request} and no byte came back in {PROBE_SECONDS} s, the "
+                f"connection still open. So each check had a short limit of {SILENT_LIMIT} s. Make it answer a "
+                "plain GET first: read the request head up to the empty line, then write a status line, headers "
+                "and the body.")
+    if behaviour == "closes":
+        return (f"The server {CLOSES}: the grader sent {request} and the connection was closed (or reset) with no "
+                "byte back. Make it answer a plain GET first: read the request head up to the empty line, then "
+                "write a status line, headers and the body, before closing.")
+    return ""
 
 
 # ---- a performance check, next to nginx: reported, not scored ---------------------------------------------------
@@ -460,51 +559,209 @@ def stop(proc):
 # ---- running the checks ------------------------------------------------------------------------------------------
 
 RESULT_LINE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] (\S+)(?:, where GetParam\(\) = .*?)? \((\d+) ms\)$")
+RUN_LINE = re.compile(r"^\[ RUN      \] (\S+)$")
+
+CHECK_LIMIT = 120  # seconds one check may take (--check-timeout): the slowest healthy check takes about 25 s
+PROBE_SECONDS = 5  # how long the probe's plain GET waits for a first byte
+SILENT_LIMIT = 2   # seconds each check has once the server is known to answer nothing
+SILENT_AT_ONCE = 12  # checks run at once against a server known to answer nothing (they wait, they do not work)
+SILENT = "accepted connections but never answered a request"
+CLOSES = "accepted connections but closed them without answering a request"
 
 
-def run_checks(suite, env, chosen, json_path, timeout):
-    """Runs the chosen tests in one suite process, printing a line per check; returns {test: (result, ms)}."""
-    by_test = {test: (check, cat) for test, check, cat in chosen}
-    results = {}
-    width = max(len(c.name) for _, _, c in chosen)
-    cmd = [suite, "--gtest_filter=" + ":".join(t for t, _, _ in chosen), "--gtest_color=no",
-           "--gtest_output=json:" + json_path]
+class Stopped(Exception):
+    """SIGTERM or SIGINT while the checks run: what has finished is reported."""
+
+
+def run_batch(suite, env, tests, json_path, deadline, limit, on_result):
+    """Runs `tests` in one suite process, in the suite's order, each within `limit` seconds and all before
+    `deadline`. Calls on_result(test, result, ms, reason, output) as each finishes. Returns (stopped, why): the
+    test stopped at its limit (or None), and "limit", "deadline" or "" (the process ended by itself)."""
+    cmd = [suite, "--gtest_filter=" + ":".join(tests), "--gtest_color=no", "--gtest_output=json:" + json_path]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    timed_out = False
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    pending = ""
-    output = []  # the current test's lines: a skip's reason is there only (GoogleTest's JSON leaves it out)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        if not sel.select(timeout=min(left, 1.0)):
-            continue
-        chunk = os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split("\n")
-        for line in lines:
-            if line.startswith("[ RUN      ]"):
-                output = []
-            output.append(line)
-            m = RESULT_LINE.match(line)
-            if not m or m.group(2) not in by_test or m.group(2) in results:
+    pending, output, current, since = "", [], None, time.monotonic()
+    stopped, why = None, ""
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                stopped, why = current, "deadline"
+                break
+            if current is not None and now - since >= limit:
+                stopped, why = current, "limit"
+                break
+            wake = min(deadline - now, (since + limit - now) if current is not None else 1.0, 1.0)
+            if not sel.select(timeout=max(0.01, wake)):
                 continue
-            result = {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}[m.group(1)]
-            reason = skip_reason(output) if result == "skipped" else ""
-            result = classify(result, reason)
-            results[m.group(2)] = (result, int(m.group(3)), reason)
-            check, cat = by_test[m.group(2)]
-            mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "lacking": "LACK"}[result]
-            print(f"  {mark}  {cat.name:<{width}}  {check} ({m.group(3)} ms)", flush=True)
-    sel.close()
-    stop(proc)
-    return results, timed_out
+            chunk = os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                m = RUN_LINE.match(line)
+                if m:
+                    current, since, output = m.group(1), time.monotonic(), []
+                    continue
+                output.append(line)
+                m = RESULT_LINE.match(line)
+                if m and m.group(2) == current:
+                    on_result(current, {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}[m.group(1)],
+                              int(m.group(3)), output)
+                    current = None
+    finally:
+        sel.close()
+        servers = descendants(proc.pid) if proc.poll() is None else []  # the servers of a check stopped midway
+        stop(proc)
+        for pid in servers:  # the check's, not left behind by the student's server: stopped here, never blamed
+            for target in (-pid, pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        proc.stdout.close()
+        remove_static_roots(proc.pid)
+    if stopped is not None:
+        on_result(stopped, "stopped", int((time.monotonic() - since) * 1000), output)
+    elif current is not None:  # the suite itself ended during a check (it should not)
+        on_result(current, "failed", int((time.monotonic() - since) * 1000),
+                  output + [f"the test process ended during this check ({describe_status(proc.returncode)})"])
+    return stopped, why
+
+
+def run_checks(suite, env, chosen, report_dir, timeout, limit, silent=""):
+    """Runs the chosen checks, printing a line per check as it finishes. Each check has `limit` seconds (a check
+    past it is stopped, failed, and the rest go on in a new process); the whole run has `timeout`. A server found
+    `silent` (it accepted and never answered) gives each check SILENT_LIMIT seconds instead, a few at once. Returns
+    ({test: (result, ms, reason)}, {test: {"message": ...}} from the checks' own output, "timeout", "stopped" or
+    "")."""
+    by_test = {test: (check, cat) for test, check, cat in chosen}
+    results, printed = {}, {}
+    width = max(len(c.name) for _, _, c in chosen)
+    deadline = time.monotonic() + timeout
+    each_limit = SILENT_LIMIT if silent else limit
+
+    def on_result(test, result, ms, output):
+        if test not in by_test or test in results:
+            return
+        reason = skip_reason(output) if result == "skipped" else ""
+        if result == "stopped":
+            said = "\n".join(line for line in output if not line.startswith("[")).strip()
+            because = (f"the server {silent}: stopped after the grader's short limit of {each_limit:g} s"
+                       if silent else f"stopped by the grader after its time limit of {each_limit:g} s "
+                       "(--check-timeout)")
+            printed[test] = {"message": f"{because}; the check was waiting for the server."
+                             + (f"\nIt had found so far:\n{said}" if said and "Failure" in said else "")}
+            result = "failed"
+        elif result == "failed":
+            printed[test] = {"message": clean_output(output)}
+        result = classify(result, reason)
+        results[test] = (result, ms, reason)
+        check, cat = by_test[test]
+        mark = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "lacking": "LACK"}[result]
+        print(f"  {mark}  {cat.name:<{width}}  {check} ({ms} ms)", flush=True)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, lambda *_: (_ for _ in ()).throw(Stopped()))
+    end = ""
+    try:
+        if silent:
+            end = run_apart(suite, env, [t for t, _, _ in chosen], report_dir, deadline, each_limit, on_result)
+        else:
+            run = 0
+            while not end:
+                left = [t for t, _, _ in chosen if t not in results]
+                if not left:
+                    break
+                _, why = run_batch(suite, env, left, os.path.join(report_dir, f"gtest-{run}.json"), deadline,
+                                   each_limit, on_result)
+                run += 1
+                if why == "deadline":
+                    end = "timeout"
+                elif not why and all(t in results for t in left):
+                    break
+                elif not why and not any(t in results for t in left):
+                    break  # the process ran nothing of what was asked: do not loop
+    except Stopped:
+        end = "stopped"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    details = {}
+    for name in sorted(os.listdir(report_dir)):
+        if re.fullmatch(r"gtest-\d+\.json", name):
+            details.update(failure_details(os.path.join(report_dir, name)))
+            os.remove(os.path.join(report_dir, name))
+    for test, said in printed.items():  # a stopped check has no JSON; a finished one's JSON has more
+        if results.get(test, ("",))[0] == "failed" and (test not in details or "message" not in details[test]):
+            details.setdefault(test, {}).update(said)
+    return results, details, end
+
+
+def descendants(pid):
+    """The processes below `pid` (its children, theirs...), from /proc: the servers a suite process started."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def remove_static_roots(pid):
+    """The folders a suite process builds for {root} (tests/support/static_root.hpp: psp-static-PID-XXXXXX in /dev/shm
+    or /tmp), left behind when the grader stopped it at a check's limit. Links in them are removed, not followed."""
+    for base in ("/dev/shm", "/tmp"):
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(f"psp-static-{pid}-"):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def run_apart(suite, env, tests, report_dir, deadline, limit, on_result):
+    """Each test in its own suite process, SILENT_AT_ONCE at a time, each within `limit`: for a server that answers
+    nothing, where a check only waits. Returns "timeout" when the deadline came first, else ""."""
+    import concurrent.futures
+    import threading
+    lock = threading.Lock()
+
+    def locked(*a):
+        with lock:
+            on_result(*a)
+
+    def one(i, test):
+        if time.monotonic() >= deadline:
+            return "deadline"
+        return run_batch(suite, env, [test], os.path.join(report_dir, f"gtest-{i}.json"), deadline, limit,
+                         locked)[1]
+
+    with concurrent.futures.ThreadPoolExecutor(SILENT_AT_ONCE) as pool:
+        whys = list(pool.map(one, range(len(tests)), tests))
+    return "timeout" if "deadline" in whys else ""
+
+
+def clean_output(lines):
+    """A failed check's message from its printed output (GoogleTest's "FILE:LINE: Failure" blocks)."""
+    text = "\n".join(line for line in lines if not RESULT_LINE.match(line))
+    blocks = re.split(r"^\S+\.(?:cpp|hpp):\d+: Failure\n", text, flags=re.M)[1:]
+    return "\n".join(clean(b) for b in blocks).strip() or text.strip()
 
 
 # The suite's skips that mean "the command lacks what this check needs" (server_fixture.hpp): its flags, {root},
@@ -575,13 +832,70 @@ def failure_details(json_path):
 
 
 def clean(message):
-    """Drops GoogleTest's file:line prefix, which names the suite's source, not the student's, and turns its
-    "Google Test trace" (printed after the failure it explains) into a first line: "while: WHAT"."""
+    """Drops GoogleTest's file:line prefix, which names the suite's source, not the student's, turns its "Google Test
+    trace" (printed after the failure it explains) into a first line: "while: WHAT", and drops its assertion frame
+    ("Value of: r / Actual: false / Expected: true"), keeping the check's own words."""
     message = re.sub(r"^\S+\.(?:cpp|hpp):\d+\n(?:Failed\n)?", "", message.strip())
     body, _, trace = message.partition("\nGoogle Test trace:\n")
     steps = [re.sub(r"^\S+\.(?:cpp|hpp):\d+: ", "", line) for line in trace.splitlines() if line.strip()]
     body = re.sub(r"\d+-byte object <[0-9A-F -]*>", "(a value the check names above)", body)  # GoogleTest's dump
-    return "\n".join([f"while: {s}" for s in reversed(steps)] + [body.strip()])
+    return "\n".join([f"while: {s}" for s in reversed(steps)] + [unframe(body.strip())])
+
+
+def unframe(body):
+    """GoogleTest's frame around an assertion's message, gone: "Value of: X / Actual: false (WHY) / Expected: true"
+    becomes WHY; "Expected equality of these values: A Which is: 1, B Which is: 2" becomes "A is 1, expected 2";
+    a bare "Value of: X / Actual: false" with no words of its own becomes "X is false"."""
+    lines = body.splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"^Value of: (.*)$", line)
+        if m and i + 1 < len(lines) and re.match(r"^\s*Actual: (true|false)", lines[i + 1]):
+            # The assertion's own words may run over several lines, up to the ")" before "Expected: ...".
+            end = next((k for k in range(i + 1, len(lines)) if re.match(r"^Expected: (true|false)$", lines[k])),
+                       len(lines))
+            actual = "\n".join(lines[i + 1:end]).strip()[len("Actual: "):]
+            words = re.match(r"^(true|false) \((.*)\)$", actual, re.S)
+            if not words:
+                end, actual = i + 2, lines[i + 1].strip()[len("Actual: "):]
+            i = end
+            if i < len(lines) and re.match(r"^Expected: (true|false)$", lines[i]):
+                i += 1
+            rest = [ln for ln in lines[i:] if ln.strip()]
+            if words:
+                out.append(words.group(2))
+            elif not rest:
+                out.append(f"{m.group(1)} is {actual}, expected {'true' if actual == 'false' else 'false'}")
+            continue
+        if line.startswith("Expected equality of these values:"):
+            j, names, values = i + 1, [], []
+            while j < len(lines) and lines[j].startswith("  "):
+                if lines[j].strip().startswith("Which is: "):
+                    values[-1] = lines[j].strip()[len("Which is: "):]
+                else:
+                    names.append(lines[j].strip())
+                    values.append(lines[j].strip())
+                j += 1
+            if len(names) == 2:
+                out.append(f"{names[0]} is {values[0]}, expected {values[1]}")
+                i = j
+                continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def short(text, n):
+    """At most n characters of one line, cut between words, never inside a parenthesis nor before a dangling "stderr:"
+    that would show nothing."""
+    text = text.split("; the last lines of its stderr")[0].split("; stderr:")[0].strip()
+    if len(text) <= n:
+        return text
+    cut = text[:n].rsplit(" ", 1)[0]
+    while cut.count("(") > cut.count(")"):
+        cut = cut[:cut.rindex("(")].rstrip(" ;,:")
+    return cut.rstrip(" ;,:") + " ..."
 
 
 GTEST_NOISE = ("while:", "Value of:", "Actual:", "Expected:", "Which is:", "Expected equality", "Failed",
@@ -591,10 +905,13 @@ GTEST_NOISE = ("while:", "Value of:", "Actual:", "Expected:", "Which is:", "Expe
 def cause_of(message):
     """The line of a failure that says what went wrong, without GoogleTest's "Value of: r / Actual: false" frame."""
     lines = [line for line in message.splitlines() if line.strip()]
-    for line in lines:
+    for i, line in enumerate(lines):
         if line.lstrip().startswith("Actual: false ("):  # an assertion's own words, in GoogleTest's parentheses
             return line.split("(", 1)[1].rstrip(":)").strip()
         if not line.lstrip().startswith(GTEST_NOISE) and not line.startswith("  "):
+            if line.rstrip().endswith(":") and i + 1 < len(lines) and lines[i + 1].startswith("  "):
+                # "2 of 6 failed:" and its first item
+                return f"{line.strip()} {lines[i + 1].strip()}"
             return line.strip()
     return lines[0].strip() if lines else ""
 
@@ -637,6 +954,46 @@ def mark_dependents(chosen, results, details, profile):
             results[test] = ("not run", ms, f"not run: {PLAIN_GET[profile]} did not get a valid response (see "
                              f"{prerequisite}); here: {cause_of(message).split('; received')[0]}")
     return prerequisite
+
+
+def void_quiet_passes(chosen, results, details):
+    """A server that answered nothing valid in a category gets nothing there: a check that a server passes by doing
+    nothing (it sits idle, it closes a dribbling client) counts only when another check of its category got a valid
+    HTTP answer (it passed, or failed on what a valid response said: a wrong status, a leak). Where no such check of
+    the category ran (skipped, lacking), the whole run decides. Otherwise the quiet pass becomes failed, saying why.
+    Returns the checks changed."""
+    changed = []
+
+    def is_quiet(check, cat):
+        return matches(check.split("[")[0], cat.quiet) or matches(check, cat.quiet)
+
+    def outcome(t):
+        return results.get(t, ("not run",))[0]
+
+    def got_answer(t):
+        if outcome(t) == "passed":
+            return True
+        message = details.get(t, {}).get("message", "")
+        return outcome(t) == "failed" and not client_failure(message) and not any(
+            words in message for words in (SILENT, "stopped by the grader"))
+
+    loud = [(t, c) for t, check, c in chosen if not is_quiet(check, c) and outcome(t) in ("passed", "failed", "not run")]
+    anywhere = any(got_answer(t) for t, _ in loud)
+    for cat in {id(c): c for _, _, c in chosen}.values():
+        quiet = [(t, check) for t, check, c in chosen if c is cat and is_quiet(check, cat)]
+        mine = [t for t, c in loud if c is cat]
+        answered = any(got_answer(t) for t in mine) if mine else anywhere
+        if answered:
+            continue
+        for t, check in quiet:
+            result, ms, _ = results.get(t, ("", 0, ""))
+            if result == "passed":
+                results[t] = ("failed", ms, "")
+                details[t] = {"message": f"passed only by doing nothing, and counts nothing: no check of the "
+                              f"category '{cat.name}' got a valid HTTP answer (a rubric choice: rubric.ini "
+                              f"[{QUIET}])"}
+                changed.append(check)
+    return changed
 
 
 def root_causes(checks):
@@ -704,7 +1061,8 @@ def rfc_for(check, rfc):
     return ""
 
 
-def write_reports(out_dir, args, chosen, results, details, rows, total, possible, rfc, note, performance):
+def write_reports(out_dir, args, chosen, results, details, rows, total, possible, rfc, note, performance,
+                  headline=""):
     os.makedirs(out_dir, exist_ok=True)
     checks = []
     for test, check, cat in chosen:
@@ -722,14 +1080,14 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
                        "rfc": rfc_for(check, rfc) if result == "failed" else ""})
     counts = {k: sum(1 for c in checks if c["result"] == k) for k in RESULTS}
     report = {"command": args.command, "url": args.url, "pid": args.pid, "profile": args.profile, "quick": args.quick,
-              "chapter": args.chapter, "suggestion": args.suggestion, "score": total, "possible": possible, "note": note, **counts,
+              "chapter": args.chapter, "suggestion": args.suggestion, "score": total, "possible": possible, "note": note, "headline": headline, **counts,
               "first_cause": first_cause(note, checks), "categories": rows, "checks": checks,
               "performance": performance}
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
 
-    md = [f"# Grade: {total:g} / {possible:g}", ""]
+    md = [f"# Grade: {total:g} / {possible:g}" + (f": {headline}" if headline else ""), ""]
     if args.suggestion:
         md += [f"**Note: {args.suggestion}.**", ""]
     md += [f"- {'Server' if args.url is not None else 'Command'}: `{server_text(args)}`",
@@ -747,18 +1105,31 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
         md += ["", "## Root causes", ""]
         first = next((c for c in checks if c["check"] == PREREQUISITE[args.profile] and c["result"] == "failed"), None)
         if first:
-            md += [f"**Fix this first**: {first['check']} failed ({cause_of(first['message'])[:200]}). Almost every "
+            md += [f"**Fix this first**: {first['check']} failed ({short(cause_of(first['message']), 200)}). Almost every "
                    "other check starts with a plain request like it, so many failures below may be this one.", ""]
         md += ["Failures grouped by what went wrong, the most checks first:", ""]
-        md += [f"- {cause[:200]} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
+        md += [f"- {short(cause, 200)} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
                for cause, names in causes]
     if performance:
         md += ["", "## Performance (not scored)", "", perf_text(performance)]
     dependents = [c for c in checks if c["result"] == "not run" and DEPENDENT.match(c["message"])]
     failed = [c for c in checks if c["result"] in ("failed", "not run") and c not in dependents]
+    # Checks that failed with the very same words and nothing else to show (a silent server's, each stopped at its
+    # limit) are one section: the student reads the cause once.
+    same = {}
+    for c in failed:
+        if c["message"].strip() and not c["transcript"] and not c["stderr"]:
+            same.setdefault(c["message"].strip(), []).append(c)
+    grouped = {id(c) for group in same.values() if len(group) > 1 for c in group}
     if failed:
         md += ["", "## What failed", ""]
+        for message, group in same.items():
+            if len(group) > 1:
+                md += [f"### {len(group)} checks, each the same way", "", "```", message, "```", "",
+                       "; ".join(f"{c['check']} ({c['category']})" for c in group), ""]
         for c in failed:
+            if id(c) in grouped:
+                continue
             md += [f"### {c['check']} ({c['category']})", ""]
             if c["rfc"]:
                 md += [f"See {c['rfc']}.", ""]
@@ -771,7 +1142,7 @@ def write_reports(out_dir, args, chosen, results, details, rows, total, possible
         md += ["", f"## Not run: {dependents[0]['message'].split('; here:')[0][len('not run: '):]} (counted as "
                "lost)", "", "Each of these failed the same way, with no valid response to look at; they say nothing "
                "about what they check until that is fixed:", ""]
-        md += [f"- {c['check']}: {c['message'].split('; here: ', 1)[-1][:200]}" for c in dependents]
+        md += [f"- {c['check']}: {short(c['message'].split('; here: ', 1)[-1], 200)}" for c in dependents]
     lacking = [c for c in checks if c["result"] == "lacking"]
     if lacking:
         md += ["", "## Not passed: the command lacks what the check needs (counted as lost)", ""]
@@ -799,7 +1170,7 @@ def first_cause(note, checks):
     causes = root_causes(checks)
     if causes:
         cause, names = causes[0]
-        return f"{cause[:200]} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
+        return f"{short(cause, 200)} ({len(names)} check{'s' if len(names) > 1 else ''}: {some(names)})"
     return ""
 
 
@@ -828,62 +1199,92 @@ def each_options(argv):
         if skip:
             skip = False
             continue
-        if word in ("--each", "--report"):
+        if word in ("--each", "--report", "--jobs"):
             skip = True
             continue
-        if word.startswith(("--each=", "--report=")):
+        if word.startswith(("--each=", "--report=", "--jobs=")):
             continue
         out.append(word)
     return out
 
 
 def grade_each(args, argv):
-    """Grades every submission that args.each matches, in turn, each by its own run of this script (its own
-    report, its own process tree); writes grades.csv and grades.jsonl in args.report. Exit 0 when every
-    submission got full marks, 1 otherwise, 2 when the pattern matches nothing."""
+    """Grades every submission that args.each matches, each by its own run of this script (its own report, its own
+    process tree), --jobs at a time; writes a line to grades.csv and grades.jsonl in args.report as each finishes,
+    and at the end grades.md, a table of the class in name order, also printed. Exit 0 when every submission got
+    full marks, 1 otherwise, 2 when the pattern matches nothing."""
+    import concurrent.futures
     import csv
     import glob as globbing
+    import threading
     paths = sorted(globbing.glob(args.each))
     if not paths:
         print(f"tests/grade.sh: --each {args.each} matches no file", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print("tests/grade.sh: --jobs takes a number of at least 1", file=sys.stderr)
+        return 2
     os.makedirs(args.report, exist_ok=True)
     options = each_options(argv)
     fields = ["name", "score", "possible", "exit", "seconds", "first_cause", "path"]
-    rows = []
-    with open(os.path.join(args.report, "grades.csv"), "w", newline="") as table, \
-            open(os.path.join(args.report, "grades.jsonl"), "w") as lines:
-        writer = csv.DictWriter(table, fieldnames=fields)
-        writer.writeheader()
-        for path in paths:
-            name = submission_name(path)
-            report = os.path.join(args.report, name)
-            command = [w.replace("{submission}", path) for w in args.command] if args.command else [path]
-            print(f"== {name}: {' '.join(command)}", flush=True)
-            if os.path.exists(os.path.join(report, "report.json")):
-                os.remove(os.path.join(report, "report.json"))  # an earlier run's, which a usage error would leave
-            started = time.monotonic()
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), *options, "--report", report, "--",
-                                  *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            seconds = round(time.monotonic() - started, 1)
-            row = {"name": name, "score": None, "possible": None, "exit": out.returncode, "seconds": seconds,
-                   "first_cause": "", "path": path}
-            said = out.stdout.strip().splitlines() or [""]
-            try:
-                with open(os.path.join(report, "report.json")) as f:
-                    r = json.load(f)
-                row.update(score=r["score"], possible=r["possible"], first_cause=r.get("first_cause", ""))
-            except (OSError, ValueError, KeyError):
-                row["first_cause"] = said[0] if out.returncode == 2 else said[-1]  # a usage error: its first line
+    rows, lock = [], threading.Lock()
+    started_all = time.monotonic()
+
+    def one(path):
+        name = submission_name(path)
+        report = os.path.join(args.report, name)
+        command = [w.replace("{submission}", path) for w in args.command] if args.command else [path]
+        if os.path.exists(os.path.join(report, "report.json")):
+            os.remove(os.path.join(report, "report.json"))  # an earlier run's, which a usage error would leave
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), *options, "--report", report, "--",
+                              *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seconds = round(time.monotonic() - started, 1)
+        row = {"name": name, "score": None, "possible": None, "exit": out.returncode, "seconds": seconds,
+               "first_cause": "", "path": path}
+        said = out.stdout.strip().splitlines() or [""]
+        try:
+            with open(os.path.join(report, "report.json")) as f:
+                r = json.load(f)
+            row.update(score=r["score"], possible=r["possible"], first_cause=r.get("first_cause", ""))
+        except (OSError, ValueError, KeyError):
+            row["first_cause"] = said[0] if out.returncode == 2 else said[-1]  # a usage error: its first line
+        with lock:
             writer.writerow(row)
             table.flush()
             lines.write(json.dumps(row) + "\n")
             lines.flush()
             rows.append(row)
-            shown = "-" if row["score"] is None else f"{row['score']:g} / {row['possible']:g}"
-            print(f"   {shown}  exit {row['exit']}  {seconds:g} s  {row['first_cause'][:120]}", flush=True)
-    print(f"grades: {os.path.join(args.report, 'grades.csv')} and grades.jsonl ({len(rows)} submissions)")
+            print(f"== {name}: {' '.join(command)}\n   {score_text(row)}  exit {row['exit']}  {seconds:g} s  "
+                  f"{short(row['first_cause'], 120)}", flush=True)
+
+    with open(os.path.join(args.report, "grades.csv"), "w", newline="") as table, \
+            open(os.path.join(args.report, "grades.jsonl"), "w") as lines:
+        writer = csv.DictWriter(table, fieldnames=fields)
+        writer.writeheader()
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, paths))
+    rows.sort(key=lambda r: r["name"])
+    summary = class_table(rows, time.monotonic() - started_all, args.jobs)
+    with open(os.path.join(args.report, "grades.md"), "w") as f:
+        f.write("\n".join(summary) + "\n")
+    print("\n" + "\n".join(summary))
+    print(f"grades: {os.path.join(args.report, 'grades.md')}, grades.csv and grades.jsonl ({len(rows)} submissions)")
     return 0 if all(r["exit"] == 0 for r in rows) else 1
+
+
+def score_text(row):
+    return "-" if row["score"] is None else f"{row['score']:g} / {row['possible']:g}"
+
+
+def class_table(rows, seconds, jobs):
+    """The class at a glance, in name order: a Markdown table."""
+    out = [f"# Grades: {len(rows)} submissions in {seconds:.0f} s (--jobs {jobs})", "",
+           "| submission | score | exit | seconds | first cause |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        cause = short(r["first_cause"], 100).replace("|", "\\|")
+        out.append(f"| {r['name']} | {score_text(r)} | {r['exit']} | {r['seconds']:g} | {cause} |")
+    return out
 
 
 def become_subreaper():
@@ -937,9 +1338,30 @@ def main(argv):
         return 2
     if args.each:
         return grade_each(args, argv)
+    try:
+        prefix, user = run_as(args) if not args.list else ([], None)
+    except UsageError as e:
+        print(f"tests/grade.sh: {e}", file=sys.stderr)
+        return 2
+    # A private temporary folder for the server (TMPDIR) and for the grader's own, removed at the end.
+    private = tempfile.mkdtemp(prefix="psp-grade-tmp-")
+    if user:
+        os.chown(private, user.pw_uid, user.pw_gid)
+    tempfile.tempdir = private
+    os.environ["TMPDIR"] = private
+    try:
+        return grade(args, categories, rfc, prefix, user)
+    finally:
+        tempfile.tempdir = None
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def grade(args, categories, rfc, prefix, user):
+    """Grades args.command (run through `prefix`: setpriv to --user) or args.url; returns the exit status."""
     os.environ["PSP_GRADE_MEMORY_MB"] = str(args.memory)  # for the suite's servers and for start()'s
-    env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(args.command or ["(none)"]),
-               PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile)
+    served = prefix + args.command if args.command else []
+    env = dict(os.environ, PSP_GRADE_COMMAND=UNIT_SEPARATOR.join(served or ["(none)"]),
+               PSP_GRADE_CHAPTER=str(args.chapter), PSP_GRADE_PROFILE=args.profile, **choice_env())
     if args.url is not None:  # the suite attaches to the running server (server_fixture.hpp, launch_attached)
         env.update(PSP_GRADE_URL_PORT=str(args.url_port), PSP_GRADE_URL_PID=str(args.pid or 0))
     chosen = choose(list_tests(args.suite, env), categories, args.quick)
@@ -958,26 +1380,41 @@ def main(argv):
     if args.suggestion:
         print(f"note: {args.suggestion}", flush=True)
     os.makedirs(args.report, exist_ok=True)
-    why = preflight(args.command) if args.url is None else None  # check_url() found the running server
+    if user:
+        print(f"the server runs as {user.pw_name} (--user), with TMPDIR={tempfile.gettempdir()}", flush=True)
+
+    if args.url is None:
+        why, behaviour = preflight(served)
+    else:  # check_url() found the running server
+        why, behaviour = None, probe(args.url_port)
     if why and any("{root}" in w for w in args.command) and "(a daemon)" not in why:
         why = trial_in_suite(args.suite, env, chosen, args.report)
-    json_path = os.path.join(args.report, "gtest.json")
+    headline = ""
     if why:
         results, note, details = {}, f"The server did not start: {why}", {}
+        headline = "the server did not start"
         print(note, flush=True)
     else:
-        results, timed_out = run_checks(args.suite, env, chosen, json_path, args.timeout)
-        note = (f"Stopped at the time limit of {args.timeout:g} s; the checks not run count as failed."
-                if timed_out else "")
-        details = failure_details(json_path)
+        note = behaviour_note(behaviour)
+        if note:
+            headline = f"the server {SILENT if behaviour == 'silent' else CLOSES}"
+            print(note, flush=True)
+        results, details, end = run_checks(args.suite, env, chosen, args.report, args.timeout, args.check_timeout,
+                                           silent=SILENT if behaviour == "silent" else "")
+        if end == "timeout":
+            note = f"{note} Stopped at the time limit of {args.timeout:g} s (--timeout); the checks not run count " \
+                   "as failed.".strip()
+        elif end == "stopped":
+            note = f"{note} Stopped by a signal before the end; the checks not run count as failed.".strip()
         attached_verdicts(results, details)
         mark_dependents(chosen, results, details, args.profile)
+        void_quiet_passes(chosen, results, details)
     performance = None
     if args.perf and not why and args.url is not None:
         performance = {"error": "--perf starts the server itself, next to nginx: give a command, not --url"}
     elif args.perf and not why:
         print("performance: ab next to nginx, 3 rounds...", flush=True)
-        performance = perf(args.command)
+        performance = perf(served)
     survivors = sweep()
     if survivors:
         more = f" and {len(survivors) - 3} more" if len(survivors) > 3 else ""
@@ -985,7 +1422,8 @@ def main(argv):
                 "server must stay in the foreground, and stop what it started when it stops.")
         note = f"{note} {line}".strip()
     rows, total, possible = score(chosen, results, categories)
-    counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note, performance)
+    counts = write_reports(args.report, args, chosen, results, details, rows, total, possible, rfc, note, performance,
+                           headline)
 
     width = max(len(r["category"]) for r in rows)
     print(f"\n{'category':<{width}}  score")
@@ -1000,7 +1438,7 @@ def main(argv):
     if note:
         print(note)
     for cause, names in ([] if note else root_causes(json.load(open(os.path.join(args.report, "report.json")))["checks"]))[:3]:
-        print(f"cause: {cause[:160]} ({len(names)} check{'s' if len(names) > 1 else ''})")
+        print(f"cause: {short(cause, 160)} ({len(names)} check{'s' if len(names) > 1 else ''})")
     if args.suggestion:
         print(f"note: {args.suggestion}")
     lost = counts["failed"] + counts["lacking"] + counts["not run"]

@@ -13,10 +13,10 @@ bin=$(command -v lighttpd || echo /usr/sbin/lighttpd)
 [[ -x $bin ]] || { echo "lighttpd.sh: lighttpd is not installed (apt-get install lighttpd)" >&2; exit 1; }
 # SIGTERM, SIGINT and SIGHUP remove this run's folder (the trap below); SIGKILL, which the grader sends to what
 # outlives its SIGTERM by 3 s, cannot be caught: each run removes the folders of earlier runs whose script is gone.
-for old in /tmp/psp-grade-lighttpd-*; do
+for old in "${TMPDIR:-/tmp}"/psp-grade-lighttpd-*; do
   if [[ -f $old/owner ]] && ! kill -0 "$(cat "$old/owner")" 2>/dev/null; then rm -rf "$old"; fi
 done
-dir=$(mktemp -d /tmp/psp-grade-lighttpd-XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/psp-grade-lighttpd-XXXXXX")
 echo $$ >"$dir/owner"
 cat >"$dir/lighttpd.conf" <<CONF
 server.document-root = "$root"

@@ -14,15 +14,16 @@ nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x $nginx_bin ]] || { echo "nginx.sh: nginx is not installed (apt-get install nginx-light)" >&2; exit 1; }
 # SIGTERM, SIGINT and SIGHUP remove this run's folder (the trap below); SIGKILL, which the grader sends to what
 # outlives its SIGTERM by 3 s, cannot be caught: each run removes the folders of earlier runs whose script is gone.
-for old in /tmp/psp-grade-nginx-*; do
+for old in "${TMPDIR:-/tmp}"/psp-grade-nginx-*; do
   if [[ -f $old/owner ]] && ! kill -0 "$(cat "$old/owner")" 2>/dev/null; then rm -rf "$old"; fi
 done
-dir=$(mktemp -d /tmp/psp-grade-nginx-XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/psp-grade-nginx-XXXXXX")
 echo $$ >"$dir/owner"
 user_line=""
 if ((EUID == 0)); then
-  # As root, nginx's workers would switch to nobody, who cannot read the grader's folder (mode 700): they stay
-  # root here, which nginx allows. The server listens on 127.0.0.1 only, for the length of a check.
+  # As root (grade.py --user root; by default the grader runs it as nobody), nginx's workers would switch to nobody,
+  # who cannot write the temporary folders below (mode 700): they stay root here, which nginx allows. The server
+  # listens on 127.0.0.1 only, for the length of a check.
   user_line="user root root;"
 fi
 cat >"$dir/nginx.conf" <<CONF

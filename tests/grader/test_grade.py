@@ -121,6 +121,83 @@ class RootCauses(unittest.TestCase):
         self.assertEqual(results["t2"][0], "failed")
 
 
+FAKE_SUITE = r"""#!/usr/bin/env python3
+import sys, time
+tests = sys.argv[1].split("=", 1)[1].split(":")
+for t in tests:
+    print(f"[ RUN      ] {t}", flush=True)
+    if "Hangs" in t:
+        time.sleep(60)
+    if "Fails" in t:
+        print("x_test.cpp:12: Failure\nValue of: r\n  Actual: false (GET /a.txt: got 404, want 200)\nExpected: true")
+        print(f"[  FAILED  ] {t} (3 ms)", flush=True)
+    else:
+        print(f"[       OK ] {t} (1 ms)", flush=True)
+"""
+
+
+class Running(unittest.TestCase):
+    """run_checks() with a fake suite: a check past its limit is stopped and failed, and the rest go on."""
+
+    def test_a_check_past_its_limit_is_stopped_and_the_others_run(self):
+        a = grade.Category("a", 10, ["*"], [])
+        chosen = [(f"S/{n}/graded", n, a) for n in ("A.First", "B.Hangs", "C.Fails", "D.Last")]
+        with tempfile.TemporaryDirectory(prefix="psp-run-") as top:
+            suite = os.path.join(top, "suite")
+            with open(suite, "w") as f:
+                f.write(FAKE_SUITE.replace("/usr/bin/env python3", sys.executable))
+            os.chmod(suite, 0o755)
+            results, details, end = grade.run_checks(suite, dict(os.environ), chosen, top, 30, 1)
+        self.assertEqual(end, "")
+        self.assertEqual({t.split("/")[1]: r[0] for t, r in results.items()},
+                         {"A.First": "passed", "B.Hangs": "failed", "C.Fails": "failed", "D.Last": "passed"})
+        self.assertIn("stopped by the grader after its time limit of 1 s", details["S/B.Hangs/graded"]["message"])
+        self.assertEqual(details["S/C.Fails/graded"]["message"], "GET /a.txt: got 404, want 200")
+
+    def test_messages_lose_the_test_framework_frame(self):
+        self.assertEqual(grade.clean("a.cpp:3\nValue of: r\n  Actual: false\nExpected: true\nconnection 8: timed out"),
+                         "connection 8: timed out")
+        self.assertEqual(grade.clean("a.cpp:3\nExpected equality of these values:\n  r->status\n    Which is: 404\n"
+                                     "  200"), "r->status is 404, expected 200")
+        self.assertEqual(grade.short("crashed (SIGSEGV) during X; the last lines of its stderr: (a)", 200),
+                         "crashed (SIGSEGV) during X")
+        self.assertNotIn("(", grade.short("x " * 50 + "(a b c d e f)", 105))
+
+
+class QuietPasses(unittest.TestCase):
+    def test_a_check_passed_by_doing_nothing_counts_only_where_the_category_got_an_answer(self):
+        a = grade.Category("a", 10, ["*"], [], quiet=["Idle.*"])
+        b = grade.Category("b", 10, ["*"], [], quiet=["Idle.*"])
+        chosen = [("t1", "Idle.Cpu", a), ("t2", "Get.File", a), ("t3", "Idle.Cpu2", b), ("t4", "Get.Other", b)]
+        results = {"t1": ("passed", 1, ""), "t2": ("failed", 1, ""), "t3": ("passed", 1, ""),
+                   "t4": ("passed", 1, "")}
+        details = {"t2": {"message": "server closed the connection before a whole response arrived"}}
+        self.assertEqual(grade.void_quiet_passes(chosen, results, details), ["Idle.Cpu"])
+        self.assertEqual((results["t1"][0], results["t3"][0]), ("failed", "passed"))
+        self.assertIn("passed only by doing nothing", details["t1"]["message"])
+
+    def test_where_the_category_has_no_answer_to_judge_the_whole_run_decides(self):
+        a = grade.Category("a", 10, ["*"], [], quiet=["Idle.*"])
+        b = grade.Category("b", 10, ["*"], [], quiet=[])
+        chosen = [("t1", "Idle.Cpu", a), ("t2", "Leak.Fifo", a), ("t3", "Get.File", b)]
+        results = {"t1": ("passed", 1, ""), "t2": ("skipped", 1, "cannot measure"), "t3": ("passed", 1, "")}
+        self.assertEqual(grade.void_quiet_passes(chosen, results, {}), [])
+        results["t3"] = ("failed", 1, "")
+        no_answer = {"t3": {"message": "malformed status line: 'aaaa'"}}
+        self.assertEqual(grade.void_quiet_passes(chosen, results, no_answer), ["Idle.Cpu"])
+
+    def test_a_valid_but_wrong_answer_is_an_answer(self):
+        a = grade.Category("a", 10, ["*"], [], quiet=["Idle.*"])
+        chosen = [("t1", "Idle.Cpu", a), ("t2", "Leak.Fds", a)]
+        results = {"t1": ("passed", 1, ""), "t2": ("failed", 1, "")}
+        details = {"t2": {"message": "descriptors did not come back to the baseline of 17"}}
+        self.assertEqual(grade.void_quiet_passes(chosen, results, details), [])
+
+    def test_a_list_keeps_its_first_item_in_the_cause(self):
+        self.assertEqual(grade.cause_of("2 of 6 failed:\n  no Host: answered 200\n  two Host: answered 200"),
+                         "2 of 6 failed: no Host: answered 200")
+
+
 class Usage(unittest.TestCase):
     def usage_error(self, argv):
         args = grade.parse_args(argv)
@@ -171,64 +248,112 @@ class Usage(unittest.TestCase):
         self.assertIn("put {port} in the command", why)
 
     def test_each_passes_the_options_on_but_not_each_or_report(self):
-        self.assertEqual(grade.each_options(["--quick", "--each", "s/*/run.sh", "--report", "r", "--chapter", "1"]),
+        self.assertEqual(grade.each_options(["--quick", "--each", "s/*/run.sh", "--report", "r", "--chapter", "1",
+                                             "--jobs", "2"]),
                          ["--quick", "--chapter", "1"])
         self.assertEqual(grade.submission_name("submissions/alice/run.sh"), "alice")
         self.assertEqual(grade.submission_name("submissions/bob.py"), "bob.py")
 
 
+# The interpreter of the servers these tests start: as root they run as nobody (--user), who cannot reach a Python
+# under /root (pyenv's), so the system's when there is one.
+FIXTURE_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
 class EachFolder(unittest.TestCase):
-    def test_a_line_per_submission_with_its_own_exit_status(self):
-        """Two submissions: one that gets full marks, one whose run.sh is not executable (a usage error, 2)."""
+    def test_a_line_per_submission_with_its_own_exit_status_and_the_same_with_jobs(self):
+        """Three submissions: one that gets full marks, one whose run.sh is not executable (a usage error, 2), one
+        that never answers. Graded one at a time and two at a time: the same verdicts, and a table of the class."""
         with tempfile.TemporaryDirectory(prefix="psp-each-") as top:
-            server = os.path.join(grade.HERE, "static_server.py")
-            for name, mode in (("alice", 0o755), ("bob", 0o644)):
+            os.chmod(top, 0o755)  # as root, the servers run as nobody
+            servers = {"alice": ("static_server.py", 0o755), "bob": ("static_server.py", 0o644),
+                       "carol": ("silent_server.py", 0o755)}
+            for name, (server, mode) in servers.items():
                 os.makedirs(os.path.join(top, "submissions", name))
                 run = os.path.join(top, "submissions", name, "run.sh")
                 with open(run, "w") as f:
-                    f.write(f'#!/bin/sh\nexec {sys.executable} {server} "$1" "$2"\n')
+                    f.write(f'#!/bin/sh\nexec {FIXTURE_PYTHON} {os.path.join(grade.HERE, server)} "$1" "$2"\n')
                 os.chmod(run, mode)
-            reports = os.path.join(top, "reports")
-            out = subprocess.run([sys.executable, os.path.join(grade.HERE, "grade.py"), "--suite", SUITE,
-                                  "--profile", "static", "--rubric", os.path.join(grade.HERE, "conventions.ini"),
-                                  "--quick", "--report", reports, "--each",
-                                  os.path.join(top, "submissions", "*", "run.sh"), "--", "{submission}", "{port}",
-                                  "{root}"], capture_output=True, text=True)
-            self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
-            with open(os.path.join(reports, "grades.csv")) as f:
-                rows = {r["name"]: r for r in csv.DictReader(f)}
-            self.assertEqual((rows["alice"]["score"], rows["alice"]["exit"]), ("100.0", "0"))
-            self.assertEqual(rows["bob"]["exit"], "2")
-            self.assertIn("not an executable file", rows["bob"]["first_cause"])
-            with open(os.path.join(reports, "grades.jsonl")) as f:
-                self.assertEqual([json.loads(line)["name"] for line in f], ["alice", "bob"])
+                os.chmod(os.path.dirname(run), 0o755)
+            os.chmod(os.path.join(top, "submissions"), 0o755)
+            verdicts = []
+            for jobs in ("1", "2"):
+                reports = os.path.join(top, "reports-" + jobs)
+                out = subprocess.run([sys.executable, os.path.join(grade.HERE, "grade.py"), "--suite", SUITE,
+                                      "--profile", "static", "--rubric", os.path.join(grade.HERE, "conventions.ini"),
+                                      "--quick", "--jobs", jobs, "--report", reports, "--each",
+                                      os.path.join(top, "submissions", "*", "run.sh"), "--", "{submission}",
+                                      "{port}", "{root}"], capture_output=True, text=True)
+                self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+                with open(os.path.join(reports, "grades.csv")) as f:
+                    rows = {r["name"]: r for r in csv.DictReader(f)}
+                self.assertEqual((rows["alice"]["score"], rows["alice"]["exit"]), ("100.0", "0"))
+                self.assertEqual(rows["bob"]["exit"], "2")
+                self.assertIn("not an executable file", rows["bob"]["first_cause"])
+                self.assertEqual((rows["carol"]["score"], rows["carol"]["exit"]), ("0.0", "1"))
+                self.assertIn("never answered a request", rows["carol"]["first_cause"])
+                with open(os.path.join(reports, "grades.jsonl")) as f:
+                    self.assertEqual(sorted(json.loads(line)["name"] for line in f), ["alice", "bob", "carol"])
+                with open(os.path.join(reports, "grades.md")) as f:
+                    table = f.read()
+                self.assertIn("| alice | 100 / 100 | 0 |", table)
+                self.assertIn("| carol | 0 / 100 | 1 |", table)
+                verdicts.append({n: (r["score"], r["exit"]) for n, r in rows.items()})
+            self.assertEqual(verdicts[0], verdicts[1])
 
 
-class Rubric(unittest.TestCase):
-    def test_every_check_of_the_suite_has_a_course_category_for_every_chapter(self):
-        categories, _ = grade.load_rubric(RUBRIC, "course")
-        for chapter in range(8):
-            tests = suite_tests(chapter)
-            chosen = {t for t, _, _ in grade.choose(tests, categories, quick=False)}
-            self.assertEqual(sorted(set(tests) - chosen), [], f"chapter {chapter}: checks in no category")
+@unittest.skipUnless(os.geteuid() == 0 and os.path.exists("/usr/bin/python3"), "needs root and /usr/bin/python3")
+class AsAnotherUser(unittest.TestCase):
+    def test_as_root_the_server_runs_as_nobody_and_leaves_no_temporary_file(self):
+        args = grade.parse_args(["--", "/usr/bin/python3", "-c", "x", "{port}"])
+        prefix, user = grade.run_as(args)
+        self.assertEqual(user.pw_name, "nobody")
+        script = "import os, sys, tempfile; sys.exit(f'uid {os.getuid()} tmp {tempfile.gettempdir()}')"
+        _, _, why = grade.start(prefix + ["/usr/bin/python3", "-c", script, "{port}"], "/tmp")
+        self.assertIn(f"uid {user.pw_uid} ", why)
+        self.assertEqual(grade.run_as(grade.parse_args(["--user", "root", "--", "/usr/bin/python3"]))[0], [])
 
-    def test_every_pattern_names_a_check(self):
-        names = set()
-        for chapter in range(8):
-            names |= {grade.check_name(t).split("[")[0] for t in suite_tests(chapter)}
-        names |= {grade.check_name(t).split("[")[0] for t in suite_tests(0, "{port} {root}", "static")}
-        for profile in ("course", "static"):
-            categories, rfc = grade.load_rubric(RUBRIC, profile)
-            patterns = [p for c in categories for p in c.checks + c.quick] + [p for p, _ in rfc]
-            for p in patterns:
-                self.assertTrue(any(grade.glob(n, p) for n in names), f"{profile}: '{p}' names no check")
+    def test_a_command_the_user_cannot_read_is_refused_before_anything_runs(self):
+        with tempfile.TemporaryDirectory(prefix="psp-user-") as top:  # 0700: nobody cannot enter it
+            server = os.path.join(top, "server.py")
+            open(server, "w").close()
+            with self.assertRaises(grade.UsageError) as e:
+                grade.run_as(grade.parse_args(["--", "/usr/bin/python3", server, "{port}"]))
+            self.assertIn("cannot read", str(e.exception))
+            self.assertIn("--user root", str(e.exception))
 
-    def test_quick_checks_are_checks_of_their_category(self):
-        for profile in ("course", "static"):
-            categories, _ = grade.load_rubric(RUBRIC, profile)
-            for c in categories:
-                self.assertTrue(c.quick, f"{profile}/{c.name} has no quick check")
+    def test_grading_leaves_nothing_in_tmp(self):
+        """The grader's TMPDIR (a fresh folder here, so that other graders running at the same time do not count)
+        is empty afterwards, and no folder of the checks (psp-static-PID-...) of a finished process is left."""
+        def static_roots():
+            return {(base, n) for base in ("/tmp", "/dev/shm") if os.path.isdir(base)
+                    for n in os.listdir(base) if n.startswith("psp-static-")}
 
+        def finished(name):
+            try:
+                os.kill(int(name.split("-")[2]), 0)
+                return False
+            except ProcessLookupError:
+                return True
+            except (ValueError, PermissionError):
+                return False
+
+        before = static_roots()
+        with tempfile.TemporaryDirectory(prefix="psp-user-report-") as top:
+            tmp = os.path.join(top, "tmp")
+            os.mkdir(tmp)
+            os.chmod(top, 0o755)
+            os.chmod(tmp, 0o1777)  # as /tmp
+            out = subprocess.run([sys.executable, os.path.join(grade.HERE, "grade.py"), "--suite", SUITE, "--profile",
+                                  "static", "--rubric", os.path.join(grade.HERE, "conventions.ini"), "--quick",
+                                  "--report", os.path.join(top, "report"), "--", FIXTURE_PYTHON,
+                                  os.path.join(grade.HERE, "static_server.py"), "{port}", "{root}"],
+                                 capture_output=True, text=True, env=dict(os.environ, TMPDIR=tmp))
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("the server runs as nobody", out.stdout)
+            self.assertEqual(os.listdir(tmp), [])
+        left = {n for base, n in static_roots() - before if finished(n)}
+        self.assertEqual(left, set())
 
 if __name__ == "__main__":
     unittest.main()

@@ -11,13 +11,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/proc.hpp"
@@ -46,6 +49,17 @@ std::string media_type(std::string_view value) {
   return type;
 }
 
+// The Content-Type of big.bin, whose type is unknown: application/octet-stream, or in the general profile none at
+// all (RFC 9110 8.3: a sender that does not know the type MAY leave Content-Type out).
+bool is_content_type(std::string_view got, std::string_view want);
+::testing::AssertionResult unknown_type_ok(const std::optional<std::string>& got) {
+  if (!got && general_server_rules()) return ::testing::AssertionSuccess();
+  if (got && is_content_type(*got, "application/octet-stream")) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "Content-Type " << (got ? "'" + *got + "'" : std::string("absent"))
+                                       << " for a file of unknown type, want application/octet-stream"
+                                       << (general_server_rules() ? " or none (RFC 9110 8.3)" : "");
+}
+
 // A Content-Type for a file whose type this repository's servers give as `want`.
 bool is_content_type(std::string_view got, std::string_view want) {
   if (!general_server_rules()) return got == want;
@@ -62,7 +76,22 @@ bool is_content_type(std::string_view got, std::string_view want) {
 
 // A path as a file server reads it: dot segments removed (RFC 3986 5.2.4) and a run of '/' read as one; the query
 // stays. "/.//evil.example/" -> "/evil.example/".
-std::string served_path(std::string_view target) {
+std::string served_path(std::string_view raw) {
+  // RFC 3986 6.2.2.2: a percent-encoded unreserved character is the character itself (/%73ub/ is /sub/).
+  std::string decoded;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
+      const char c = static_cast<char>(std::stoi(std::string(raw.substr(i + 1, 2)), nullptr, 16));
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' || c == '~') {
+        decoded += c;
+        i += 2;
+        continue;
+      }
+    }
+    decoded += raw[i];
+  }
+  const std::string_view target = decoded;
   const std::size_t query = std::min(target.find('?'), target.size());
   const std::string_view path = target.substr(0, query);
   std::vector<std::string_view> kept;
@@ -102,6 +131,10 @@ bool refuses_links(const std::string& target, const HttpResponse& r) {
     const std::string_view n = name;
     const bool may_be_absent = general_server_rules() && (n == "Last-Modified" || n == "Server" || n == "Connection" ||
                                                           (head && n == "Content-Length"));
+    if (n == "Content-Type" && r.header_count(name) == 0)
+      return ::testing::AssertionFailure() << f.target << ": no Content-Type, want " << f.content_type << " (RFC 9110 "
+                                           << "8.3: a server that knows the type SHOULD send it, and this extension's "
+                                           << "type is a common one):\n" << r.head_text();
     if (r.header_count(name) != 1 && !(may_be_absent && r.header_count(name) == 0))
       return ::testing::AssertionFailure() << f.target << ": header " << name << " appears " << r.header_count(name)
                                            << " times, want once:\n" << r.head_text();
@@ -313,17 +346,26 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
   };
   // Each spelling that fails adds a line, the leaks first: a report shows the first three and how many more, so that
   // a real leak is not buried under forty complaints about a status.
+  // A spelling counts once, whatever went wrong with it: a leak is not counted again as a wrong status.
   std::vector<std::string> leaks, others;
   const auto one_line = [](const HttpResponse& r) {
     return r.status_line + (r.header("Location") ? ", Location: " + *r.header("Location") : "");
   };
+  // /etc/passwd's own first line (root:x:0:0:...), not any text that holds "root:" (an index.html may).
+  static const std::regex passwd_line(R"(root:[^:\r\n]*:0:0:)");
   for (const Case& k : cases) {
     const std::string what = "GET " + k.target + ": ";
     const Exchange x = exchange_once(request("GET", k.target, "HTTP/1.1", "Connection: close\r\n"));
-    if (const auto at = x.bytes.find(root.marker()); at != std::string::npos)
+    std::smatch passwd;
+    if (const auto at = x.bytes.find(root.marker()); at != std::string::npos) {
       leaks.push_back(what + "a file outside the root leaked: " + Client::preview(x.bytes.substr(at, 60)));
-    if (const auto at = x.bytes.find("root:"); at != std::string::npos)
-      leaks.push_back(what + "/etc/passwd leaked: " + Client::preview(x.bytes.substr(at, 60)));
+      continue;
+    }
+    if (std::regex_search(x.bytes, passwd, passwd_line)) {
+      leaks.push_back(what + "/etc/passwd leaked: " +
+                      Client::preview(x.bytes.substr(static_cast<std::size_t>(passwd.position(0)), 60)));
+      continue;
+    }
     if (!x.response) {
       others.push_back(what + x.error);  // and on to the next spelling, which may leak
       continue;
@@ -357,8 +399,8 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
     std::string list;
     for (std::size_t i = 0; i < all.size() && i < 3; ++i) list += "\n  " + all[i];
     if (all.size() > 3) list += "\n  and " + std::to_string(all.size() - 3) + " more";
-    ADD_FAILURE() << (leaks.empty() ? "" : std::to_string(leaks.size()) + " leak(s) from outside the root; ")
-                  << all.size() << " of " << std::size(cases) << " spellings failed:" << list;
+    ADD_FAILURE() << (leaks.empty() ? "" : std::to_string(leaks.size()) + " leaked from outside the root, ")
+                  << all.size() << " of " << std::size(cases) << " spellings failed in all (one line each):" << list;
   }
   EXPECT_TRUE(serves_file());
 }
@@ -442,6 +484,9 @@ TEST_P(StaticFiles, DirectoryRedirectsStayOnThisSite) {
     SCOPED_TRACE("GET " + k.target);
     const auto r = ask_or_reconnect(c, get(k.target));
     ASSERT_TRUE(r) << c.error();
+    // A server that refuses the absolute-form loses AbsoluteFormTargetsAreServed for it; here only a redirect off
+    // the site counts, so a refusal is not charged twice.
+    if (k.target.rfind("http://", 0) == 0 && r->status >= 400 && r->status < 500) continue;
     const std::string location = r->header("Location").value_or("");
     EXPECT_NE(location.rfind("//", 0), 0u) << "a Location that leaves the site: " << location;
     EXPECT_TRUE(redirects_to(*r, k.location));
@@ -489,12 +534,17 @@ TEST_P(StaticFiles, AbsoluteFormTargetsAreServed) {
       {"http://x", "/index.html"},  // an empty path is "/" (RFC 9110 4.2.3)
       {"http://x?q", "/index.html"},
   };
+  bool told = false;  // the rule, said once
   for (const Case& k : ok) {
     const auto r = ask_or_reconnect(c, get(k.target));
     ASSERT_TRUE(r) << k.target << ": " << c.error();
     ServedFile want = root.file(k.file);
     want.target = k.target;
-    EXPECT_TRUE(is_file(*r, want));
+    const auto served = is_file(*r, want);
+    EXPECT_TRUE(served) << (std::exchange(told, true) ? ""
+                                                      : "(sent with Host: 127.0.0.1, which differs from the target's "
+                                                        "host: RFC 9112 3.2.2, a server MUST accept the absolute-form "
+                                                        "and then ignore Host)");
   }
   const auto h = ask_or_reconnect(c, request("HEAD", "http://x/notes.txt"), /*head=*/true);
   ASSERT_TRUE(h) << c.error();
@@ -511,11 +561,20 @@ TEST_P(StaticFiles, MissingFilesAndFilesWithASlashAre404) {
   if (!launch_static()) return;
   Client c = connect();
   ASSERT_TRUE(c.ok()) << c.error();
+  // A file named with a slash after it (path info, as lighttpd serves it) is refused by a rubric choice, not by an
+  // RFC: rubric.ini [choices] slash_after_file = 404 (the default), or any.
+  const bool slash_is_taste = grade_choice("slash_after_file", "404") == "any";
   for (const char* target : {"/missing.txt", "/notes.txt/", "/notes.txt/x", "/sub/missing/", "/empty/index.html",
                              "/with+space.txt" /* '+' is not a space */}) {
     const auto r = ask_or_reconnect(c, get(target));
     ASSERT_TRUE(r) << target << ": " << c.error();
-    EXPECT_TRUE(refused(*r, Refusal::missing)) << target;
+    const bool after_file = std::string_view(target).rfind("/notes.txt/", 0) == 0;
+    if (after_file && slash_is_taste) continue;
+    EXPECT_TRUE(refused(*r, Refusal::missing))
+        << target
+        << (after_file ? " (a file named with a slash after it: a rubric choice, rubric.ini [choices] "
+                         "slash_after_file = 404; no RFC rule, so a teacher may set it to any)"
+                       : "");
   }
 }
 
@@ -623,8 +682,7 @@ TEST_P(StaticFiles, HeadHasTheHeadersOfGetAndNoBody) {
   // GET's length, if HEAD gives one (in the general profile it may not: RFC 9110 9.3.2).
   const std::string size = std::to_string(StaticRoot::kBigSize);
   EXPECT_EQ(big->header("Content-Length").value_or(general ? size : ""), size);
-  EXPECT_TRUE(is_content_type(big->header("Content-Type").value_or(""), "application/octet-stream"))
-      << big->head_text();
+  EXPECT_TRUE(unknown_type_ok(big->header("Content-Type"))) << big->head_text();
   const auto last = ask_or_reconnect(c, get("/notes.txt"));
   ASSERT_TRUE(last) << c.error();
   EXPECT_TRUE(is_file(*last, static_root().file("/notes.txt")));
@@ -705,6 +763,10 @@ TEST_P(StaticFiles, LookupErrorsKeepTheConnection) {
                         {"/fifo", 403, Refusal::fifo}, {"/notes.txt", 200}};
   for (const Case& k : cases) {
     const auto r = ask(c, get(k.target));
+    if (!r && k.refusal == Refusal::fifo && !c.closed_by_peer()) {
+      c = connect();  // a server that blocks on the FIFO loses FifoIsForbiddenAtOnce for it, not this check too
+      continue;
+    }
     ASSERT_TRUE(r) << k.target << ": " << c.error();
     if (k.status == 200) {
       EXPECT_TRUE(is_file(*r, static_root().file(k.target)));
@@ -718,8 +780,14 @@ TEST_P(StaticFiles, LookupErrorsKeepTheConnection) {
       EXPECT_EQ(connection, "keep-alive") << k.target;
     } else if (r->status == 400 && connection == "close") {
       c = connect();  // RFC 9112 9.6: after a request it found malformed, a server may close, saying so
-    } else {
-      EXPECT_NE(connection, "close") << k.target;  // RFC 9112 9.3: without "close" an HTTP/1.1 connection persists
+    } else if (r->ends_connection()) {
+      // RFC 9112 9.3 lets a server close after any response that says so: charging for it is a rubric choice, for
+      // an HTTP/1.1 response that says "close" (an HTTP/1.0 one without keep-alive is not blamed).
+      if (r->version != "HTTP/1.0" && grade_choice("keep_alive", "required") != "optional")
+        ADD_FAILURE() << "GET " << k.target << ": " << r->status_line << " ended the connection (Connection: close): "
+                      << "keeping it open after a lookup error or a file is a rubric choice (rubric.ini [choices] "
+                      << "keep_alive = required); RFC 9112 9.3 allows a close that the response announces";
+      c = connect();
     }
   }
 }
@@ -761,11 +829,27 @@ TEST_P(StaticFiles, PipelinedFileRequestsAnsweredInOrder) {
                           get("/data.json") + get("/notes.txt", ims) + get("/img.png") + get("/empty/") +
                           get("/app.js", "Connection: close\r\n");
   ASSERT_TRUE(c.send(all, deadline_in(kIoTimeout))) << c.error();  // one write
-  auto next = [&](bool head = false) {
+  // The nine responses, read first. In the general profile a response may say that it ends the connection (an
+  // HTTP/1.1 "Connection: close", an HTTP/1.0 one without keep-alive): the requests behind it are then lost, which
+  // RFC 9112 9.3 allows and a rubric choice charges (keep_alive).
+  const bool heads[] = {false, false, true, false, false, false, false, false, false};
+  std::vector<HttpResponse> got;
+  for (const bool head : heads) {
     auto r = c.read_response(deadline_in(kIoTimeout), head);
-    EXPECT_TRUE(r) << c.error();
-    return r.value_or(HttpResponse{});
-  };
+    ASSERT_TRUE(r) << "response " << got.size() + 1 << " of 9: " << c.error();
+    got.push_back(*r);
+    if (general_server_rules() && got.size() < std::size(heads) && r->ends_connection()) {
+      if (grade_choice("keep_alive", "required") == "optional")
+        GTEST_SKIP() << "does not apply: response " << got.size() << " (" << r->status_line << ") ends the "
+                     << "connection, saying so, which rubric.ini [choices] keep_alive = optional allows";
+      FAIL() << "nine requests sent in one write: response " << got.size() << " (" << r->status_line << ") said "
+             << "it ends the connection, so the " << std::size(heads) - got.size() << " behind it were lost. "
+             << "Keeping a connection open is a rubric choice (rubric.ini [choices] keep_alive = required): RFC 9112 "
+             << "9.3 lets a server close after a response that says so";
+    }
+  }
+  std::size_t at = 0;
+  auto next = [&](bool = false) { return got[at++]; };
   EXPECT_TRUE(is_file(next(), root.file("/index.html")));
   EXPECT_TRUE(refused(next(), Refusal::missing));
   EXPECT_TRUE(is_file(next(true), root.file("/style.css"), true));
@@ -799,8 +883,7 @@ TEST_P(StaticFiles, FiftyMegabytesByteExact) {
   ASSERT_TRUE(d.finish(deadline_in(30s))) << d.error();
   const long long ms = ms_since(start);
   EXPECT_EQ(d.response().status, 200) << d.response().head_text();
-  EXPECT_TRUE(is_content_type(d.response().header("Content-Type").value_or(""), "application/octet-stream"))
-      << d.response().head_text();
+  EXPECT_TRUE(unknown_type_ok(d.response().header("Content-Type"))) << d.response().head_text();
   EXPECT_EQ(d.length(), StaticRoot::kBigSize);
   EXPECT_EQ(d.hash(), static_root().big_hash()) << "the bytes differ from the file's";
   std::cout << "[          ] 50 MiB in " << ms << " ms\n";
@@ -845,7 +928,15 @@ TEST_P(StaticFiles, SlowReaderGetsBackpressureNotBuffering) {
     }
   }
   const long long ms = ms_since(start);
-  ASSERT_EQ(d.state(), Download::State::done) << d.error() << " after " << ms << " ms";
+  // The check uses a second client: a failure says whether it had come, since a server may cut the slow reader
+  // only when another connection arrives.
+  const std::string second = second_done && server_info().number != 1
+                                 ? " (a second client had fetched /notes.txt on its own connection after the first "
+                                   "8 MiB)"
+                                 : " (no second client had connected yet)";
+  ASSERT_EQ(d.state(), Download::State::done)
+      << "a slow reader of /big.bin (16 KiB receive buffer, 64 KiB then 1 ms): " << d.error() << " after " << ms
+      << " ms, " << d.received() << " bytes in" << second;
   EXPECT_EQ(d.hash(), static_root().big_hash()) << "the bytes differ from the file's";
   EXPECT_TRUE(second_done);
   EXPECT_LT(rss_max - rss_before, kSanitized ? 64 * 1024 : 16 * 1024)
@@ -977,6 +1068,18 @@ TEST_P(StaticFiles, ThirtyTwoClientsAtOnceAllByteExact) {
 // Every kind of answer, many times over: no descriptor (file, directory, FIFO) is left open by any of them.
 TEST_P(StaticFiles, LookupsLeakNoDescriptors) {
   if (!launch_static()) return;
+  {
+    // A server that blocks on the FIFO holds that request's descriptors for as long as it blocks: then this check
+    // cannot measure what it is about, and charges nothing (FifoIsForbiddenAtOnce charges the FIFO, once).
+    Client f = connect();
+    ASSERT_TRUE(f.ok()) << f.error();
+    if (!f.send(get("/fifo", "Connection: close\r\n"), deadline_in(kIoTimeout)) ||
+        (!f.read_response(deadline_in(kIoTimeout)) && f.buffered().empty() && !f.closed_by_peer()))
+      GTEST_SKIP() << "cannot measure descriptors: GET /fifo got no answer in "
+                   << std::chrono::duration_cast<std::chrono::seconds>(kIoTimeout).count()
+                   << " s (the server blocks on the FIFO, which FifoIsForbiddenAtOnce charges), and a request "
+                   << "that hangs keeps its descriptors; not charged here";
+  }
   const int baseline = baseline_fds();
   ASSERT_GT(baseline, 0);
   const std::string ims = "If-Modified-Since: " + std::string(StaticRoot::kLastModified) + "\r\n";
@@ -1065,15 +1168,24 @@ TEST_P(StaticFiles, SingleRangesAre206AndUnsatisfiableAre416) {
     EXPECT_TRUE(is_file(*none, notes));
   } else {
     EXPECT_EQ(none->status, 416) << none->head_text();
-    EXPECT_EQ(none->header("Content-Range").value_or(""), "bytes */" + std::to_string(size)) << none->head_text();
+    const std::string want_range = "bytes */" + std::to_string(size);
+    EXPECT_TRUE(none->header("Content-Range").value_or("") == want_range)
+        << "GET /notes.txt with Range: bytes=999999999-: a 416 with Content-Range '"
+        << none->header("Content-Range").value_or("(none)") << "', want '" << want_range
+        << "' (RFC 9110 15.5.17: a 416 SHOULD say the file's length):\n" << none->head_text();
     if (!general) {
       EXPECT_EQ(lower(none->header("Connection").value_or("")), "keep-alive");
     }
   }
   const auto several = ask_or_reconnect(c, get("/notes.txt", range_field("bytes=0-9,20-29")));
   ASSERT_TRUE(several) << c.error();
-  if (general && several->status == 206) {
-    EXPECT_EQ(media_type(several->header("Content-Type").value_or("")), "multipart/byteranges") << several->head_text();
+  if (general && several->status == 206 &&
+      media_type(several->header("Content-Type").value_or("")) != "multipart/byteranges") {
+    // RFC 9110 14.2: a server MAY coalesce ranges that overlap or that a small gap separates: one part, 0-29.
+    EXPECT_TRUE(is_part(*several, notes, 0, 30)) << "Range: bytes=0-9,20-29 answered with one part: it must be "
+                                                 << "both ranges merged, bytes 0-29 (RFC 9110 14.2)";
+  } else if (general && several->status == 206) {
+    SUCCEED();
   } else {
     EXPECT_TRUE(is_file(*several, notes));
   }

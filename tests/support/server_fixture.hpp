@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -120,6 +121,16 @@ inline const std::optional<GradedCommand>& graded_command() {
 inline bool general_server_rules() {
   const char* profile = std::getenv("PSP_GRADE_PROFILE");
   return profile != nullptr && std::string_view(profile) == "static";
+}
+
+// A rubric choice: the grader's taste where the RFCs leave a server free, which a teacher may change in
+// tests/grader/rubric.ini [choices]; grade.py passes each as PSP_GRADE_CHOICE_NAME (upper case). A check that
+// charges for one says so in its message, naming the choice. `fallback` when the grader does not set it.
+inline std::string grade_choice(const char* name, const char* fallback) {
+  std::string variable = "PSP_GRADE_CHOICE_";
+  for (const char* p = name; *p != '\0'; ++p) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  const char* value = std::getenv(variable.c_str());
+  return value != nullptr && *value != '\0' ? value : fallback;
 }
 
 inline void replace_all(std::string& text, std::string_view name, const std::string& value) {

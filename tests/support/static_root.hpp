@@ -184,6 +184,10 @@ class StaticRoot {
     remove_stale(base);
     std::string tmpl = base + "/psp-static-" + std::to_string(::getpid()) + "-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) return fail("mkdtemp " + tmpl + ": " + errno_text(errno));
+    // mkdtemp makes it 0700: a server that runs as another user (tests/grade.sh --user, the default as root; nginx's
+    // workers) could not reach the root through it, and would answer 403 to everything. 0711: it may pass through
+    // to the root, and to what a traversal bug would reach by name, but not list the folder.
+    ::chmod(tmpl.c_str(), 0711);
     parent_ = tmpl;
     dir_ = parent_ + "/root";
     // Unique per run: a copy of it anywhere in a response can only have come from outside the root.
