@@ -134,8 +134,6 @@ class Loop : public ReadinessLoop<Loop> {
 int main(int argc, char** argv) {
   const Model model{"05-epoll", default_thread_count(), "", {kProcessesFlag}};
   const Options opts = options_or_exit(argc, argv, model);
-  start_workers(opts, model, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
-  start_process();
-  run_loops<Loop>(opts, opts.threads);  // one loop per thread (workers.hpp)
+  run_loops<Loop>(opts, model, opts.threads);  // one loop per thread, in each --processes worker (workers.hpp)
   return 0;
 }

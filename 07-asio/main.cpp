@@ -29,9 +29,9 @@
 
 #include "../common/asio_support.hpp"  // Boost.Asio on epoll, or standalone Asio on io_uring (-DPSP_ASIO_IO_URING)
 #include "../common/connection.hpp"
-#include "../common/loops.hpp"
 #include "../common/net.hpp"
 #include "../common/response.hpp"
+#include "../common/workers.hpp"
 
 namespace {
 
@@ -52,7 +52,7 @@ struct Loop {
     if (pooled) return asio::make_strand(ioc);
     return ioc.get_executor();
   }
-  void listen(Fd listener);
+  void listen_on(Fd listener);
   void run() { ioc.run(); }  // returns when nothing is pending: after a stop, once every session has gone
   void stop();
 
@@ -297,7 +297,7 @@ void accept(Loop& loop) {
 // The loop's listener and its stop. The stop is lifecycle.hpp's, as in 05: the signal handler sets the flag that
 // respond() reads, so a response made after the signal says "Connection: close" even before this loop hears of it,
 // and makes stop_fd() readable, which each loop waits for (an asio::signal_set would run after our handlers only).
-void Loop::listen(Fd listener) {
+void Loop::listen_on(Fd listener) {
   error_code ec;
   acceptor.assign(engine.options().host.find(':') == std::string::npos ? tcp::v4() : tcp::v6(), listener.release(),
                   ec);  // the acceptor now owns (and will close) the fd

@@ -2,7 +2,7 @@
 // running the server's loops under a descriptor limit of its own (RLIMIT_NOFILE counts per process, so P workers
 // hold P times as many connections).
 //
-//   main()
+//   main() calls run_loops() (at the end of this file), which calls
 //     start_workers(opts, model, loops)
 //       P = 1 (the default): returns at once; nothing forks, the server is the one process it always was.
 //       P > 1: listen_sockets(opts, P x loops): every listener exists before the fork, all in one SO_REUSEPORT
@@ -45,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,24 +85,6 @@ inline std::vector<Fd> worker_listen_sockets(const Options& opts, int count) {
   return std::move(detail::worker_listeners);
 }
 
-// [excerpt:run-loops]
-// The event loops' main() (03, 05): `count` loops, one per thread, each with its own listener (SO_REUSEPORT when
-// there are several: the kernel spreads new connections across them) and its own connections and timers; only the
-// stop flag is shared. Each Loop is built before the listeners exist, so that what can fail at start-up (an epoll
-// instance) fails before "listening on"; then listen_on(listener), then run() on a thread of its own (the calling
-// thread only waits: a worker that runs its threads has started, see tests/integration/processes_test.cpp).
-// Returns once every loop has stopped and drained.
-template <class Loop>
-void run_loops(const Options& opts, int count) {
-  std::vector<std::unique_ptr<Loop>> loops;  // a running loop must not move
-  for (int i = 0; i < count; ++i) loops.push_back(std::make_unique<Loop>(opts));
-  std::vector<Fd> listeners = worker_listen_sockets(opts, count);
-  for (int i = 0; i < count; ++i) loops[i]->listen_on(std::move(listeners[i]));
-  std::vector<std::thread> threads;
-  for (auto& loop : loops) threads.emplace_back(&Loop::run, loop.get());
-  for (std::thread& t : threads) t.join();
-}
-// [/excerpt:run-loops]
 
 namespace detail {
 
@@ -280,3 +263,32 @@ inline void start_workers(const Options& opts, const Model& model, int loops) {
       if (workers[k].pid < 0 && WorkerClock::now() >= workers[k].restart_at && fork_worker(k, false)) return;
   }
 }
+
+// [excerpt:run-loops]
+// An event-loop server's main(), after its options (05, 06, 07): --processes P workers (start_workers(): from here
+// on, in each of them), the stop's signal handler (start_process()), then `loops` Loops, each with its own
+// listener (SO_REUSEPORT when there are several: the kernel spreads new connections across them), its own
+// connections and timers, run by `threads_per_loop` threads (more than one only for 07's pool). Each Loop is built
+// before the listeners exist, so that what can fail at start-up (an epoll instance, a ring) fails before "listening
+// on"; then listen_on(listener), then run() on threads of its own (the calling thread only waits: a worker that
+// runs its threads has started, see tests/integration/processes_test.cpp). Returns once every loop has stopped and
+// drained. A Loop is built from the Options, and from its thread count too when it takes one (07's io_context).
+template <class Loop>
+void run_loops(const Options& opts, const Model& model, int loops, int threads_per_loop = 1) {
+  start_workers(opts, model, loops);
+  start_process();
+  std::vector<std::unique_ptr<Loop>> made;  // a running loop must not move
+  for (int i = 0; i < loops; ++i) {
+    if constexpr (std::is_constructible_v<Loop, const Options&, int>)
+      made.push_back(std::make_unique<Loop>(opts, threads_per_loop));
+    else
+      made.push_back(std::make_unique<Loop>(opts));
+  }
+  std::vector<Fd> listeners = worker_listen_sockets(opts, loops);
+  for (int i = 0; i < loops; ++i) made[i]->listen_on(std::move(listeners[i]));
+  std::vector<std::thread> threads;
+  for (auto& loop : made)
+    for (int t = 0; t < threads_per_loop; ++t) threads.emplace_back(&Loop::run, loop.get());
+  for (std::thread& t : threads) t.join();  // the loops go after every thread that ran them has ended
+}
+// [/excerpt:run-loops]
