@@ -26,7 +26,8 @@ namespace {
 // [excerpt:serve-connection]
 // Serves one connection until the client closes it, an error occurs, or a request head takes longer than
 // --idle-timeout to arrive (the request deadline: before each recv(), SO_RCVTIMEO is set to the time left, so a
-// client that dribbles bytes is closed on time too). Everyone else waits meanwhile: that is the lesson of this chapter.
+// client that dribbles bytes is closed on time too; a body may take longer while it keeps coming, deadline.hpp).
+// Everyone else waits meanwhile: that is the lesson of this chapter.
 // How it ends (common/closing.hpp): after a last response (an error, Connection: close), gracefully: our FIN, then
 // what the client still sends is read and thrown away until it closes too, so that no RST destroys the response
 // before the client has read it; at the request deadline, or when a send fails, with a reset.
@@ -35,7 +36,7 @@ void serve(Fd client, const Options& opts) {
   set_send_timeout(client.get(), opts.idle_timeout);  // how long a reader may take nothing
   std::string in;  // bytes received and not yet read by `reader`: the rest of a request, pipelined ones
   http::RequestReader reader(opts.max_body);  // where this connection's request stands (common/http.hpp)
-  auto deadline = std::chrono::steady_clock::now() + opts.idle_timeout;  // for the next request head
+  RequestDeadline deadline(opts.idle_timeout, std::chrono::steady_clock::now());  // the head's, then the body's
   for (;;) {
     http::Parse p = reader.next(in);  // takes the request (head and body) out of `in` as it reads it
     if (p.status == http::Parse::kError)  // answer, then end the connection: nothing can follow a framing error
@@ -43,17 +44,16 @@ void serve(Fd client, const Options& opts) {
     if (p.status == http::Parse::kContinue && !send_whole(client.get(), interim_continue()))
       return reset_connection(client.get());  // the client waits for "100 Continue" before sending its body
     if (p.status != http::Parse::kComplete) {  // read more
-      if (stop_requested()) return;  // stopping, and between requests: a plain close (the Fd's)
-      long n = recv_before(client.get(), in, deadline);  // retries EINTR (Ctrl-Z, fg) with the time left
+      long n = recv_before(client.get(), in, deadline, reader.reading_body());  // at a stop, no wait (lifecycle)
       if (n == -2) return reset_connection(client.get());  // the request deadline passed: reset (closing.hpp)
-      if (n <= 0) return;  // EOF or an error: the client ended it
+      if (n <= 0) return;  // EOF or an error (the client ended it), or a stop with nothing more to answer
       continue;
     }
     run_handler_here(opts);  // the simulated 1 ms of waiting blocks the only thread we have
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
     bool sent = send_whole(client.get(), out);
     if (!sent || !out.keep_alive) return end_after_response(client.get(), sent);  // graceful, or reset if not sent
-    deadline = std::chrono::steady_clock::now() + opts.idle_timeout;
+    deadline.next_request(std::chrono::steady_clock::now());
   }
 }
 // [/excerpt:serve-connection]

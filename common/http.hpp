@@ -339,7 +339,7 @@ class RequestReader {
   // True between requests: nothing of the next one has been read yet (a stop may close such a connection).
   bool idle(const std::string& in) const { return state_ == State::kHead && in.empty(); }
 
-  // True once a head has been read and its body is on its way (a connection engine times a body by its gaps).
+  // True once the head has ended and the body is being read: its deadline is a gap between reads (deadline.hpp).
   bool reading_body() const { return state_ != State::kHead; }
 
   // The bytes the head search has looked at so far, over the reader's life (a unit test checks it is O(bytes)).

@@ -8,8 +8,8 @@
 //   OpenConnections    the blocking models' connections (02, 04): a stop wakes every thread blocked in recv() on
 //                      one, then gives the requests already read up to 2 s to be answered
 //   OnlyConnection     01's one connection: the signal handler itself wakes its recv() the same way
-//   recv_before()      the blocking models' wait for request bytes: until the request deadline, however often a
-//                      stop and continue (Ctrl-Z, fg) interrupts it
+//   recv_before()      the blocking models' wait for request bytes: until the request deadline (deadline.hpp),
+//                      however often a stop and continue (Ctrl-Z, fg) interrupts it; at a stop, no wait at all
 //
 // The stop protocol: stop accepting, finish the responses already being handled (each ends gracefully, see
 // closing.hpp), close idle connections, reset whatever is still open when the grace is over, exit 0.
@@ -34,6 +34,7 @@
 #include <string>
 
 #include "closing.hpp"
+#include "deadline.hpp"
 #include "net.hpp"
 
 constexpr std::chrono::seconds kStopGrace{2};  // how long responses in flight may take after a stop
@@ -53,7 +54,7 @@ inline void on_stop_signal(int) {
     ::clock_gettime(CLOCK_MONOTONIC, &now);  // what std::chrono::steady_clock reads on Linux
     stop_time_ns.store(std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec);
   }
-  stop_flag.store(true);
+  stop_flag.store(true, std::memory_order_release);  // after the time: whoever sees the flag (acquire) sees it
   std::uint64_t one = 1;
   ssize_t ignored = ::write(stop_eventfd, &one, sizeof one);
   (void)ignored;
@@ -62,7 +63,7 @@ inline void on_stop_signal(int) {
 }
 }  // namespace detail
 
-inline bool stop_requested() { return detail::stop_flag.load(std::memory_order_relaxed); }
+inline bool stop_requested() { return detail::stop_flag.load(std::memory_order_acquire); }
 
 // Once stop_requested(): when the grace for the responses in flight is over.
 inline std::chrono::steady_clock::time_point stop_deadline() {
@@ -171,19 +172,29 @@ class OnlyConnection {
   OnlyConnection& operator=(const OnlyConnection&) = delete;
 };
 
-// Blocking models: recv_into() with the request deadline, the one place where a blocking recv() waits for a
-// request. -2 once the deadline has passed (close with a reset), else what recv_into() returns.
+// Blocking models: the one place where a blocking recv() waits for request bytes. It waits until the request's
+// deadline (deadline.hpp: the head's, or the body's gap and bound; `in_body` is RequestReader::reading_body()),
+// and returns -2 once it has passed (close with a reset), else what recv_into() returns.
 //
 // EINTR is not the stop here. On Linux a recv() with SO_RCVTIMEO fails with EINTR after the process is stopped
 // and continued (Ctrl-Z then fg, a debugger, kill -STOP and -CONT), even with no handler (signal(7)): the
 // connection is fine, so the recv() starts again, with SO_RCVTIMEO set to the time that is left (a second full
-// timeout would move the deadline). The stop reaches the wait as end of file, through shutdown(SHUT_RD)
-// (OpenConnections, OnlyConnection); an EINTR once stop_requested() ends it too.
-inline long recv_before(int fd, std::string& buffer, std::chrono::steady_clock::time_point deadline) {
+// timeout would move the deadline).
+//
+// At a stop it never waits: it takes what the client has already sent (MSG_DONTWAIT), so a request that was
+// waiting in the socket is read and answered (with Connection: close, see respond()), and returns 0, as end of
+// file, when nothing is there. A stop also reaches a recv() that is already waiting, through shutdown(SHUT_RD)
+// (OpenConnections, OnlyConnection): it returns the bytes already received, then 0.
+inline long recv_before(int fd, std::string& buffer, RequestDeadline& deadline, bool in_body) {
   for (;;) {
-    if (!set_recv_deadline(fd, deadline)) return -2;
+    if (stop_requested()) {
+      long n = recv_into(fd, buffer, MSG_DONTWAIT);
+      return n == -2 ? 0 : n;  // nothing waiting: the connection has nothing more to answer
+    }
+    if (!set_recv_deadline(fd, deadline.due(in_body, std::chrono::steady_clock::now()))) return -2;
     long n = recv_into(fd, buffer);
-    if (n != -1 || errno != EINTR || stop_requested()) return n;
+    if (n > 0) deadline.arrived(static_cast<std::size_t>(n), std::chrono::steady_clock::now());
+    if (n != -1 || errno != EINTR) return n;
   }
 }
 

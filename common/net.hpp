@@ -260,9 +260,9 @@ inline bool send_some(int fd, const std::string& data, std::size_t& offset) {
 // Reads at most 4 KiB, so a client cannot grow a buffer much past the 8 KiB head limit before the parser answers.
 // EINTR gives -1 with errno EINTR: on a blocking socket it is no error of the connection's (a signal, or a stop
 // and continue), and recv_before() (lifecycle.hpp) retries it; a non-blocking recv() never waits, so never sees it.
-inline long recv_into(int fd, std::string& buffer) {
+inline long recv_into(int fd, std::string& buffer, int flags = 0) {
   char chunk[4096];
-  ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+  ssize_t n = ::recv(fd, chunk, sizeof chunk, flags);
   if (n > 0) buffer.append(chunk, static_cast<std::size_t>(n));
   if (n >= 0) return static_cast<long>(n);
   return errno == EAGAIN || errno == EWOULDBLOCK ? -2 : -1;

@@ -18,6 +18,7 @@
 
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,9 +43,10 @@ bool server_has_read_everything(ServerProcess& server, Client& c) {
   return false;
 }
 
-// True once every thread of `pid` is stopped (state T). SIGCONT sent earlier would cancel a SIGSTOP that has not
-// taken effect yet, and the test would prove nothing.
-bool all_threads_stopped(pid_t pid) {
+// True once every thread of `pid` is in one of `states` (the state letter of /proc/PID/task/TID/stat): "Tt",
+// stopped (a SIGCONT sent earlier would cancel a SIGSTOP that has not taken effect yet, and the test would prove
+// nothing); "S", asleep in a wait (select(), epoll_wait(), recv()...).
+bool all_threads_in(pid_t pid, std::string_view states) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
   DIR* tasks = ::opendir(dir.c_str());
   if (tasks == nullptr) return false;
@@ -58,10 +60,26 @@ bool all_threads_stopped(pid_t pid) {
     const std::size_t paren = line.rfind(')');  // the name may hold spaces; the state follows its ") "
     if (paren == std::string::npos || paren + 2 >= line.size()) continue;  // the thread has just ended
     ++seen;
-    all = all && (line[paren + 2] == 'T' || line[paren + 2] == 't');
+    all = all && states.find(line[paren + 2]) != std::string_view::npos;
   }
   ::closedir(tasks);
   return all && seen > 0;
+}
+
+// Polls until every thread of `pid` is in one of `states`; false if that takes more than kIoTimeout.
+bool wait_all_threads_in(pid_t pid, std::string_view states) {
+  const auto deadline = deadline_in(kIoTimeout);
+  while (!all_threads_in(pid, states)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);  // polling interval
+  }
+  return true;
+}
+
+// SIGSTOP, and true once it has taken effect on every thread.
+bool stopped(ServerProcess& server) {
+  server.send_signal(SIGSTOP);
+  return wait_all_threads_in(server.pid(), "Tt");
 }
 
 // Polls until `pid` has at least `count` descriptors open.
@@ -70,14 +88,10 @@ void wait_fd_count_at_least(pid_t pid, int count, Deadline deadline) {
 }
 
 ::testing::AssertionResult stop_and_continue(ServerProcess& server) {
-  // Give the server time to be back in its wait (the property under test: the wait is interrupted).
-  std::this_thread::sleep_for(100ms);
-  server.send_signal(SIGSTOP);
-  const auto deadline = deadline_in(kIoTimeout);
-  while (!all_threads_stopped(server.pid())) {
-    if (Clock::now() > deadline) return ::testing::AssertionFailure() << "SIGSTOP did not stop every thread";
-    std::this_thread::sleep_for(1ms);  // polling interval
-  }
+  // The property under test is that a wait is interrupted: stop the server only once every thread is asleep in one
+  // (on a busy machine it may take a while to get there; a fixed sleep would sometimes stop it on the way).
+  if (!wait_all_threads_in(server.pid(), "S")) return ::testing::AssertionFailure() << "the server never went to sleep";
+  if (!stopped(server)) return ::testing::AssertionFailure() << "SIGSTOP did not stop every thread";
   std::this_thread::sleep_for(50ms);
   server.send_signal(SIGCONT);
   std::this_thread::sleep_for(100ms);  // the server runs again, and handles whatever the continue did to it
@@ -159,6 +173,33 @@ TEST_P(Signals, LastResponseOfAStopSaysConnectionClose) {
   EXPECT_EQ(end, Client::Closed::eof) << "after the last response the connection was " << Client::describe(end);
   c.close();  // our FIN ends the server's lingering at once (else it waits out its quiet time)
   const ExitStatus status = server_->wait_exit(start + kExitBound);
+  EXPECT_TRUE(status.exited_with(0)) << status.describe() << "; stderr: " << server_->err();
+}
+
+// A request already waiting in the socket when the stop comes is answered, with "Connection: close" (RFC 9112 9.6),
+// not lost with the connection: the client sent it before the server said it would close. Made certain by
+// stopping the server (SIGSTOP) before the request is sent and sending SIGTERM before SIGCONT, so that the request
+// and the stop are both waiting when the server runs again, whatever it was doing.
+TEST_P(Signals, ARequestWaitingAtAStopIsAnswered) {
+  SKIP_SIGNAL_TIMING_UNDER_TSAN();
+  SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES();
+  if (!has_course_command_line()) return;
+  if (!launch({"--delay-us", "0"})) return;
+  Client c = connect();
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_TRUE(c.send(request("GET", "/first"), deadline_in(kIoTimeout))) << c.error();
+  const auto first = c.read_response(deadline_in(kIoTimeout));
+  ASSERT_TRUE(first) << c.error();
+  ASSERT_TRUE(is_ok_response(*first, false, "keep-alive"));
+  ASSERT_TRUE(stopped(*server_)) << "SIGSTOP did not stop every thread";
+  ASSERT_TRUE(c.send(request("GET", "/waiting-at-the-stop"), deadline_in(kIoTimeout))) << c.error();
+  server_->send_signal(SIGTERM);
+  server_->send_signal(SIGCONT);
+  const auto r = c.read_response(deadline_in(kExitBound));
+  ASSERT_TRUE(r) << "the request that was waiting at the stop: " << c.error();
+  EXPECT_TRUE(is_ok_response(*r, false, "close"));
+  c.close();
+  const ExitStatus status = server_->wait_exit(deadline_in(kExitBound));
   EXPECT_TRUE(status.exited_with(0)) << status.describe() << "; stderr: " << server_->err();
 }
 

@@ -152,7 +152,8 @@ TEST(AcceptOrStop, WaitsInsteadOfSpinningWhenStuckAtTheLimit) {
   ::raise(SIGTERM);                     // ...and here it comes
   std::string in;
   const auto start = std::chrono::steady_clock::now();
-  const long n = recv_before(p.server.get(), in, start + 10s);
+  RequestDeadline deadline(10s, start);
+  const long n = recv_before(p.server.get(), in, deadline, false);
   if (n != 0) std::_Exit(4);  // -2: it waited for the deadline
   if (std::chrono::steady_clock::now() - start > 1s) std::_Exit(5);
   std::_Exit(0);
@@ -179,7 +180,8 @@ TEST(RecvBefore, RetriesEintrWithTheTimeLeft) {
   auto waited = std::async(std::launch::async, [&] {
     waiter.set_value(::pthread_self());
     std::string in;
-    return recv_before(p.server.get(), in, start + 1s);
+    RequestDeadline deadline(1s, start);
+    return recv_before(p.server.get(), in, deadline, false);
   });
   const pthread_t thread = waiter.get_future().get();
   std::this_thread::sleep_for(500ms);  // the thread is in recv() by now, half way to its deadline
