@@ -47,8 +47,8 @@ constexpr unsigned kRingEntries = 1024;  // SQ slots: Ring::get_sqe() submits wh
 // of 4,000 connections, where the default (twice the SQ) holds 1,000. Past that: an overflow list (see get_sqe).
 constexpr unsigned kCqEntries = 8 * kRingEntries;
 // The loop's provided buffers, which every recv reads into (see arm_recv): one is taken per recv that completes in a
-// turn, and each is given back before the turn's submit, so 256 cover a turn of 256 connections that sent something.
-// Past that, a recv fails with -ENOBUFS and is simply armed again. 256 KiB per loop, whatever the connections.
+// turn and given back before the turn's submit, so 256 cover a turn of 256 connections that sent something; past
+// that, a recv fails with -ENOBUFS and is armed again. 256 KiB per loop for any load (the size's trade: chapter 06).
 constexpr unsigned kBufferCount = 256;  // a power of two, as a buffer ring requires
 constexpr std::size_t kBufferSize = 1024;
 constexpr int kBufferGroup = 0;
