@@ -164,8 +164,8 @@ class Loop {
       Clock::time_point now = Clock::now();
       while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
       if (stopping_ && listen_op_ == Op::kNone && live_ == 0) break;
-      // Submit, then sleep until a CQE comes or the earliest deadline is due (EXT_ARG: like epoll_pwait2's timeout
-      // in 05). -ETIME (the timeout) and -EINTR (a signal) are fine.
+      // Submit, then sleep until a CQE comes or the earliest deadline is due (EXT_ARG: read during this call only,
+      // as epoll_pwait2's timeout in 05, so a stack variable will do). -ETIME (the timeout), -EINTR: fine.
       std::optional<std::chrono::nanoseconds> wait = timers_.time_to_next(now);
       __kernel_timespec timeout = to_kernel_timespec(wait.value_or(std::chrono::nanoseconds(0)));
       io_uring_cqe* first;  // unused: reap() takes them all
