@@ -4,10 +4,9 @@
 // kernel the calls themselves (accept, recv, send, poll) as submission queue entries (SQEs) and later reaps one
 // completion queue entry (CQE) per call, carrying its result. One io_uring_submit_and_wait_timeout() per loop turn
 // submits everything the last turn queued and sleeps until something completes or the earliest deadline is due:
-// one system call per batch, not per call. Each connection's HTTP life (the request, the handler's delay, the
-// response, keep-alive, the lingering close, the deadlines, the stop) is the connection engine's, as in 03 and 05
-// (common/connection.hpp); this file is how io_uring drives it. advanced.cpp, next to it, adds SQPOLL,
-// DEFER_TASKRUN, multishot accept and recv, registered descriptors, splice and zero-copy send, each behind a flag.
+// one system call per batch, not per call. Each connection's HTTP life (request, handler's delay, response,
+// keep-alive, lingering close, deadlines, stop) is the connection engine's (common/connection.hpp), as in 03 and 05:
+// this file is how io_uring drives it. advanced.cpp derives from its Loop, each io_uring feature behind a flag.
 //
 // Needs:  Linux 5.19 or later with io_uring allowed (no seccomp block, kernel.io_uring_disabled = 0), liburing
 //         (Debian: liburing-dev), g++ with C++17.
@@ -71,7 +70,6 @@ enum class Op : std::uint8_t {
 };
 
 constexpr std::uint32_t kGenerationMask = 0xFFFFFF;
-
 constexpr std::uint64_t encode(Op op, std::uint32_t generation = 0, std::uint32_t slot = 0) {
   return std::uint64_t(op) << 56 | std::uint64_t(generation & kGenerationMask) << 32 | slot;
 }
@@ -102,7 +100,6 @@ constexpr Tag decode(std::uint64_t data) {
 // for one thing at a time. The CLOSING rule: once the engine says kClose or kReset, that operation is cancelled,
 // and the socket is closed, the Exchange freed (release()) and the slot reused only when its CQE is back (see
 // close_conn). A recv points at none of the connection's memory: it reads into the loop's ring of buffers.
-// Ownership: the Loop owns every Conn, in a deque of slots (its elements never move).
 struct Conn {
   std::uint32_t slot = 0;        // index in Loop::conns_, fixed for the Conn's whole life
   std::uint32_t generation = 0;  // bumped when the slot is freed
@@ -115,40 +112,37 @@ struct Conn {
 static_assert(sizeof(Conn) <= 40, "an idle connection keeps only its Conn: keep it small");
 // [/excerpt:connection]
 
-// An entry of the loop's timer heap: a connection's deadline, named by slot, generation and the engine's epoch (a
-// deadline that moved earlier leaves its old timer stale), or the stop's grace (slot kGraceSlot).
+// A timer heap entry: a connection's deadline, by slot, generation and the engine's epoch, or the stop's grace.
 struct Timer { std::uint32_t slot; std::uint32_t generation; std::uint32_t epoch; };
 constexpr std::uint32_t kGraceSlot = 0xFFFFFFFF;
 
-// One event loop: a ring, a listener, and the connections it accepted. Used by one thread only.
+// One event loop: a ring, a listener, and the connections it accepted. Used by one thread only. advanced.cpp derives
+// from it: the `virtual` methods are where its flags differ, and here each does the plain thing the chapter shows.
 class Loop {
  public:
   // Creating the ring is also the probe: the first Loop fails with one sentence if io_uring cannot be used.
   // COOP_TASKRUN (5.19): the recv waiting for a client's bytes is finished in this thread ("task work"). By default
-  // the kernel interrupts the thread for it at once (an inter-processor interrupt); with the flag the work waits
-  // until the thread next enters the kernel, as the loop does every turn: a fifth less of the loop's CPU per
-  // request under keep-alive load on 2 vCPUs (docs/io_uring-advanced.md). The stop allows for that wait (on_stop).
-  explicit Loop(const Options& opts) : engine_(opts), backoff_(to_kernel_timespec(kAcceptBackoff)) {
-    io_uring_params params;
-    auto create = [&](unsigned flags) {
-      params = io_uring_params{};
-      params.flags = IORING_SETUP_CQSIZE | flags;
-      params.cq_entries = kCqEntries;
-      return io_uring_queue_init_params(kRingEntries, &ring_.ring, &params);
-    };
-    int r = create(IORING_SETUP_COOP_TASKRUN);
+  // the kernel interrupts the thread at once (an inter-processor interrupt); with the flag the work waits until the
+  // thread next enters the kernel, as it does every turn: a fifth less CPU per request under keep-alive load on 2
+  // vCPUs (docs/io_uring-advanced.md); the stop allows for it (on_stop). advanced.cpp passes `tune` and `buffers`.
+  explicit Loop(const Options& opts, void (*tune)(io_uring_params&) = nullptr, unsigned buffers = kBufferCount)
+      : engine_(opts), backoff_(to_kernel_timespec(kAcceptBackoff)) {
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN;
+    params.cq_entries = kCqEntries;
+    if (tune) tune(params);
+    int r = io_uring_queue_init_params(kRingEntries, &ring_.ring, &params);
     if (r == -EINVAL) fail_startup("io_uring is unavailable: this kernel is older than 5.19 (it refused COOP_TASKRUN)");
     if (r < 0) fail_startup(unavailable(-r));
     // FAST_POLL (5.7): without it every recv would park a kernel worker thread instead of waiting on the socket.
     // EXT_ARG (5.11): the wait with a timeout in run(), for which liburing would otherwise queue an SQE each time.
     if (!(params.features & IORING_FEAT_FAST_POLL) || !(params.features & IORING_FEAT_EXT_ARG))
       fail_startup("io_uring is unavailable: this kernel is older than 5.11 (no IORING_FEAT_FAST_POLL or EXT_ARG)");
-    if (int e = buffers_.set_up(ring_.ring, kBufferCount, kBufferSize, kBufferGroup); e < 0)
+    if (int e = buffers_.set_up(ring_.ring, buffers, kBufferSize, kBufferGroup); e < 0)
       fail_startup("io_uring is unavailable: no ring of provided buffers (" + std::string(std::strerror(-e)) + ")");
   }
-  ~Loop() { io_uring_queue_exit(&ring_.ring); }
-  Loop(const Loop&) = delete;
-  Loop& operator=(const Loop&) = delete;
+  virtual ~Loop() { io_uring_queue_exit(&ring_.ring); }
+  Loop(const Loop&) = delete;  // it owns a ring (and so cannot be assigned either: Ring's members forbid it)
 
   // [excerpt:loop-turn]
   void run(Fd listener) {
@@ -161,6 +155,7 @@ class Loop {
     for (;;) {
       // The deadlines are a heap in user space, as in 05: the earliest is the timeout of the wait below (no SQE, no
       // CQE). The handler's delay is one: one SQE and one CQE fewer per request than an IORING_OP_TIMEOUT.
+      if (stopping_) look_before_deadlines();  // see on_stop
       Clock::time_point now = Clock::now();
       while (std::optional<Timer> t = timers_.pop_due(now)) on_timer(*t, now);
       if (stopping_ && listen_op_ == Op::kNone && live_ == 0) break;
@@ -171,15 +166,20 @@ class Loop {
       io_uring_cqe* first;  // unused: reap() takes them all
       io_uring_submit_and_wait_timeout(&ring_.ring, &first, 1, wait ? &timeout : nullptr, nullptr);
       ring_.reap();
-      // (get_sqe may reap more in the turn: they come last.) A copy of each: the vector may grow under dispatch().
-      for (std::size_t i = 0; i < ring_.batch.size(); ++i) dispatch(Completion(ring_.batch[i]));
-      ring_.batch.clear();
+      if (stop_requested() && !stopping_) on_stop();  // before the batch: a request in it is answered as the last
+      dispatch_batch();
     }
     // Left in the ring: some cancel results, which point at nothing of ours. ~Loop() ends them.
   }
 
- private:
-  void dispatch(const Completion& done) {
+ protected:
+  // Every CQE reaped, in order; a copy of each, as get_sqe() may reap more (they come last) under dispatch().
+  void dispatch_batch() {
+    for (std::size_t i = 0; i < ring_.batch.size(); ++i) dispatch(Completion(ring_.batch[i]));
+    ring_.batch.clear();
+  }
+
+  virtual void dispatch(const Completion& done) {
     Tag t = decode(done.user_data);
     switch (t.op) {
       case Op::kAccept: return on_accept(done.res);
@@ -188,7 +188,7 @@ class Loop {
         listen_op_ = Op::kNone;
         if (stopping_) return listener_.reset();
         return t.op == Op::kBackoff ? arm_listen_wait(Op::kListenReady) : arm_accept();
-      case Op::kStop: return on_stop();
+      case Op::kStop: return stopping_ ? void() : on_stop();
       case Op::kCancel: return;  // 0, -ENOENT or -EALREADY: the target's own CQE is what counts
       default: break;
     }
@@ -206,9 +206,9 @@ class Loop {
   // the buffer back. -ENOBUFS: this turn's recvs took every buffer (all are back by the next submit). -EAGAIN: not
   // ready after all, as an operation run by a kernel worker (io-wq) may end (liburing issue #364). Both answer
   // kUnchanged: the same operation again, whose new SQE waits by poll; never an end.
-  void on_completion(Conn& c, Op op, const Completion& done) {
+  virtual void on_completion(Conn& c, Op op, const Completion& done) {
     c.op = Op::kNone;
-    if (closing(c)) return release(c);  // the cancel's target, or an operation that ended before it: see close_conn
+    if (closing(c)) return close_conn(c);  // the cancel's target, or an operation that ended before it: release
     const int res = done.res;
     const Clock::time_point now = Clock::now();
     if (res == -EAGAIN || (op == Op::kRecv && res == -ENOBUFS)) return apply(c, Next{});
@@ -224,16 +224,15 @@ class Loop {
   // [/excerpt:completion]
 
   // [excerpt:apply]
-  // Carries out what the engine answered, until the connection waits for a completion or a timer. kUnchanged goes on
-  // with what it was doing: the recv or send that just completed without news (-EAGAIN, a LINGERING read whose bytes
-  // were thrown away) is armed again; with one still in flight (the stop's kRead), nothing is armed twice.
+  // Carries out what the engine answered, until the connection waits for a CQE or a timer. kUnchanged goes on with
+  // what it was doing: an operation that completed without news (-EAGAIN, LINGERING's bytes) is armed again.
   void apply(Conn& c, Next next) {
     for (;;) {
       if (next.arm) {  // contract 3: a timer for the deadline, tagged with the epoch; an old one is never cancelled
         timers_.add(next.deadline, Timer{c.slot, c.generation, next.epoch});
         timers_.prune_over(2 * live_ + 64, [this](const Timer& t) { return stale(t); });  // timers.hpp
       }
-      if (next.shutdown && !shutdown_writing(c.fd)) {  // LINGERING begins with our FIN; the peer may be gone
+      if (next.shutdown && !shut_down(c)) {  // LINGERING begins with our FIN; the peer may be gone
         next = engine_.on_peer_gone(c.life);
         continue;
       }
@@ -251,10 +250,9 @@ class Loop {
     }
   }
 
-  // A recv with no buffer of its own (IOSQE_BUFFER_SELECT, length 0): when bytes come, the kernel takes a buffer of
-  // the loop's ring, so while it waits it holds no memory of ours. No timeout of its own either: the deadline is
-  // the engine's, a timer in the heap, which closes the connection (and so cancels the recv) when it passes.
-  void arm_recv(Conn& c) {
+  // A recv with no buffer of its own (IOSQE_BUFFER_SELECT, length 0): the kernel takes one of the loop's ring when
+  // bytes come, so a waiting recv holds no memory of ours; and no timeout: the engine's deadline is a heap entry.
+  virtual void arm_recv(Conn& c) {
     io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_recv(sqe, c.fd, nullptr, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -273,14 +271,12 @@ class Loop {
   // kSend: the head from the engine's Exchange through the ring (its CQE: on_sent_bytes; a short send, and the
   // engine asks for the rest), then the file with sendfile() from the loop itself (send_some, common/response.hpp):
   // on the non-blocking socket it takes what fits now; when the socket is full the engine asks for kWaitWritable,
-  // a poll, then kSend again; --idle-timeout without progress, and its timer resets the connection.
-  //
-  // Why not through the ring: io_uring has no sendfile, and IORING_OP_SPLICE (file -> pipe -> socket) runs in a
-  // kernel worker thread (io-wq), about half as much CPU again per request (docs/io_uring-advanced.md). sendfile()
-  // on a socket that never blocks costs one system call per burst and copies nothing into user space, as in 05. What
-  // it gives up: a page-cache miss waits for the disk in the loop thread, stalling this loop's other connections
-  // (nginx has `aio threads` for that), as does the synchronous openat2() with which respond() opens the file.
-  Next send(Conn& c) {
+  // a poll, then kSend again; --idle-timeout without progress, and its timer resets the connection. Why not through
+  // the ring: io_uring has no sendfile, and IORING_OP_SPLICE runs in a kernel worker thread (io-wq), half as much CPU
+  // again per request (docs/io_uring-advanced.md); sendfile() copies nothing into user space, as in 05. What it gives
+  // up: a page-cache miss waits for the disk in the loop thread, stalling this loop's other connections (nginx has
+  // `aio threads` for that), as does the synchronous openat2() with which respond() opens the file.
+  virtual Next send(Conn& c) {
     SendSpan span = engine_.send_span(c.life);
     if (span.head.empty())  // the file (nothing when the response is all head)
       return engine_.on_sent(c.life, send_some(c.fd, *engine_.outgoing(c.life)), Clock::now());
@@ -292,13 +288,12 @@ class Loop {
   }
 
   // Sets the SQE's user_data and, for a connection's SQE, makes it the connection's operation in flight.
-  void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
+  virtual void tag(io_uring_sqe* sqe, Op op, Conn* c = nullptr) {
     io_uring_sqe_set_data64(sqe, c ? encode(op, c->generation, c->slot) : encode(op));
     if (c) c->op = op;
   }
 
-  // A timer of the heap is due. The engine judges a connection's (contract 3): the handler's delay is over, a wait
-  // took too long, or the deadline moved later and it asks for a new timer.
+  // A timer is due. The engine judges (contract 3): the handler is done, a wait took too long, or it moved later.
   void on_timer(const Timer& t, Clock::time_point now) {
     if (t.slot == kGraceSlot) {  // kStopGrace is over: whatever is still open is reset (contract 8)
       for (Conn& c : conns_)
@@ -318,15 +313,14 @@ class Loop {
   // Accepted sockets are non-blocking for sendfile()'s sake (see send); io_uring's recv, send and poll wait by
   // themselves. So is the listener: IORING_OP_ACCEPT waits anyway on 6.18; some 5.x kernels completed it with
   // -EAGAIN at once, which takes the error path below: no spin.
-  void arm_accept() {
+  virtual void arm_accept() {
     io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_accept(sqe, listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     tag(sqe, Op::kAccept);
     listen_op_ = Op::kAccept;
   }
 
-  // After a failed accept the listener waits twice before the next one:
-  //   ACCEPT --error--> (EMFILE: shed_pending_connection) --> BACKOFF: 10 ms timeout --> READY: poll --> ACCEPT
+  // After a failed accept: ACCEPT --error--> (EMFILE: shed_pending_connection) --> BACKOFF: 10 ms --> READY: poll.
   // READY waits for a pending client: at the descriptor limit the kernel fails an accept at once, before it looks
   // for a client, so re-arming the accept straight away would spin. BACKOFF covers a client we can neither take nor
   // shed: the shed frees its spare descriptor for a moment, another loop's accept can take it, and the spare is lost
@@ -366,12 +360,12 @@ class Loop {
   }
 
   // [excerpt:stop]
-  // The stop (contract 8): no more accepts; every connection is told, and kStopGrace later what is left is reset.
-  // run() returns once all are closed. A READING connection's deadline becomes now, so its timer closes it at the
-  // start of the next turn, unless a request is already waiting in its socket: that one is read and answered, with
-  // Connection: close. Its recv may have been finished by the kernel and not yet posted, because COOP_TASKRUN lets
-  // that work wait until the thread enters the kernel; so before the next turn treats the deadlines, one
-  // io_uring_submit_and_get_events() (no wait) posts what is ready, and those CQEs join this turn's batch.
+  // The stop (contract 8): no more accepts; every connection is told, and kStopGrace later what is left is reset;
+  // run() returns once all are closed. A READING connection's deadline becomes now, and its timer closes it, unless a
+  // request already waits in its socket: that one is read and answered, with Connection: close. So while stopping,
+  // each turn looks at the sockets before the deadlines: it submits what is queued (a recv armed since completes at
+  // once if its bytes are there) and lets the kernel post what it has finished (COOP_TASKRUN lets that work wait
+  // until the thread enters the kernel), again as long as that queues more, and dispatches it all.
   void on_stop() {
     stopping_ = true;
     io_uring_sqe* sqe = ring_.get_sqe();
@@ -381,14 +375,19 @@ class Loop {
     timers_.add(now + kStopGrace, Timer{kGraceSlot, 0, 0});
     for (Conn& c : conns_)
       if (c.fd >= 0 && !closing(c)) apply(c, engine_.on_stop(c.life, now));
-    io_uring_submit_and_get_events(&ring_.ring);
-    ring_.reap();
+  }
+  void look_before_deadlines() {
+    do {
+      io_uring_submit_and_get_events(&ring_.ring);  // no wait
+      ring_.reap();
+      dispatch_batch();
+    } while (io_uring_sq_ready(&ring_.ring) > 0);
   }
 
   // CLOSING: the engine is done (kClose or kReset in `doing`). With an operation in flight the kernel still holds the
   // socket (and a send, the Exchange): cancel it; its CQE (-ECANCELED, or its own result if it ended first) comes
-  // to on_completion(), which calls release(). Once per connection: a CLOSING one gets no more events.
-  void close_conn(Conn& c) {
+  // to on_completion(), which calls this again, to release it. A CLOSING connection gets no other event.
+  virtual void close_conn(Conn& c) {
     if (c.op == Op::kNone) return release(c);
     io_uring_sqe* sqe = ring_.get_sqe();
     io_uring_prep_cancel64(sqe, encode(c.op, c.generation, c.slot), 0);
@@ -398,11 +397,10 @@ class Loop {
 
   bool closing(const Conn& c) const { return c.doing == Do::kClose || c.doing == Do::kReset; }
 
-  // Nothing is in flight any more: the socket closes (kReset: with an RST, closing.hpp), the engine frees the
-  // Exchange (contract 7), and the slot is free, its generation + 1, so its timers and any late CQE are stale. A
-  // plain ::close(), not IORING_OP_CLOSE: nothing of the connection is in flight, closing a socket does not block,
-  // and IORING_OP_CLOSE would add one more completion to wait for before the slot is reused.
-  void release(Conn& c) {
+  // Nothing is in flight any more: the socket closes (kReset: with an RST), the engine frees the Exchange (contract
+  // 7), and the slot is free, generation + 1, so its timers and any late CQE are stale. A plain ::close(), not
+  // IORING_OP_CLOSE, which would add one more completion to wait for: closing a socket does not block.
+  virtual void release(Conn& c) {
     engine_.release(c.life);
     close_socket(c.fd, c.doing == Do::kReset);
     c.fd = -1;
@@ -411,7 +409,8 @@ class Loop {
     --live_;
   }
 
-  void close_socket(int fd, bool reset = false) {
+  virtual bool shut_down(Conn& c) { return shutdown_writing(c.fd); }  // our FIN (closing.hpp)
+  virtual void close_socket(int fd, bool reset = false) {
     if (reset) reset_connection(fd);
     ::close(fd);
     restore_spare();  // if a shed lost the spare (net.hpp), it takes the number just freed
@@ -424,7 +423,7 @@ class Loop {
   Fd listener_;
   Op listen_op_ = Op::kNone;  // the one operation in flight for the listener: kAccept, kBackoff or kListenReady
   bool stopping_ = false;
-  std::deque<Conn> conns_;            // the slot table: index = slot
+  std::deque<Conn> conns_;  // the slot table (index = slot), the one owner of every Conn: a deque never moves them
   std::vector<std::uint32_t> free_;   // free slots, reused last-in first-out
   std::size_t live_ = 0;              // slots in use
   TimerQueue<Timer> timers_;          // every connection's deadline and the handler's delays, in one heap
@@ -432,6 +431,7 @@ class Loop {
 
 }  // namespace
 
+#ifndef PSP_06_ADVANCED  // advanced.cpp includes this file for Loop, and has a main() of its own
 int main(int argc, char** argv) {
   const Model model{"06-io_uring", default_thread_count(), "", {kProcessesFlag}};
   const Options opts = options_or_exit(argc, argv, model);
@@ -440,11 +440,11 @@ int main(int argc, char** argv) {
   // One ring per loop, created before listening so that "io_uring is unavailable" comes before "listening on".
   std::vector<std::unique_ptr<Loop>> loops;
   for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<Loop>(opts));
-  // One SO_REUSEPORT listener per loop: the kernel spreads new connections over them, and no two loops ever
-  // share an accept queue or a connection.
+  // One SO_REUSEPORT listener per loop: the kernel spreads new connections over them; no two loops share anything.
   std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
   std::vector<std::thread> threads;
   for (int i = 0; i < opts.threads; ++i) threads.emplace_back(&Loop::run, loops[i].get(), std::move(listeners[i]));
   for (std::thread& t : threads) t.join();
   return 0;  // every loop has closed its listener and connections; the rings close with the Loops
 }
+#endif

@@ -499,8 +499,7 @@ using ServerTest = ServerFixture<ServerInfo>;
 // is answered. The chapters listed here follow them; the checks of those rules skip the others (their event loops
 // are being moved onto one connection engine), and always run on a graded server.
 inline bool follows_the_connection_rules(const ServerInfo& s) {
-  // 06: main.cpp only (s06_io_uring); advanced.cpp's variants keep their own loop until they drive the engine too.
-  return graded_command() || s.number == 1 || s.number == 2 || s.number == 4 || (s.number == 6 && !s.variant);
+  return graded_command() || s.number == 1 || s.number == 2 || s.number == 4 || s.number == 6;
 }
 #define SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES()                                          \
   if (!follows_the_connection_rules(server_info()))                                            \
