@@ -443,7 +443,7 @@ class AdvancedLoop final : public Loop {
   }
   // [/excerpt:fixed-files]
 
-  std::vector<Extra> extra_;  // the flags' state of each slot (by Conn::slot)
+  std::deque<Extra> extra_;  // the flags' state of each slot (by Conn::slot); a deque: growing moves no Extra
 };
 
 const std::vector<ExtraFlag> kFlags = {
