@@ -347,8 +347,11 @@ def kind(call):
         return "timer"
     if n in WAITS:
         # A readiness wait with a finite timeout that returned 0: it ended on the earliest timer, the handler's.
-        # (io_uring_enter returns the SQEs it submitted, not the CQEs that woke it: it cannot be told apart.)
+        # (io_uring_enter returns the SQEs it submitted, not the CQEs that woke it; but a wait whose timeout passed
+        # with no completion fails with ETIME, and 06's timeout is the earliest deadline of its heap, the handler's.)
         if n != "io_uring_enter" and call.ret == "0" and ("Timeout" in call.tail or "tv_sec=" in call.args):
+            return "timer"
+        if n == "io_uring_enter" and "ETIME" in call.tail:
             return "timer"
         return "wait"
     if n in ("accept", "accept4"):

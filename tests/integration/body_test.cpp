@@ -135,7 +135,6 @@ TEST_P(Bodies, PostWithRootIs405AndTheConnectionGoesOn) {
 // the head and the body together would reset this client after 1 s. (RFC 9112 9.5 leaves the time to the server;
 // nginx times the gap between two reads of a body, client_body_timeout, as this does.)
 TEST_P(Bodies, ABodyThatKeepsComingIsNotCutOff) {
-  SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES();
   if (!launch({"--delay-us", "0", "--idle-timeout", "1"})) return;
   Client c = connect({/*nodelay=*/true});
   ASSERT_TRUE(c.ok()) << c.error();

@@ -177,13 +177,15 @@ TEST_P(Signals, LastResponseOfAStopSaysConnectionClose) {
   EXPECT_TRUE(status.exited_with(0)) << status.describe() << "; stderr: " << server_->err();
 }
 
-// A request already waiting in the socket when the stop comes is answered, with "Connection: close" (RFC 9112 9.6),
-// not lost with the connection: the client sent it before the server said it would close. Made certain by
-// stopping the server (SIGSTOP) before the request is sent and sending SIGTERM before SIGCONT, so that the request
-// and the stop are both waiting when the server runs again, whatever it was doing.
+// A request already waiting in the socket when the stop comes is answered, not lost with the connection: the client
+// sent it before the server said it would close. Made certain by stopping the server (SIGSTOP) before the request is
+// sent and sending SIGTERM before SIGCONT, so that the request and the stop are both waiting when the server runs
+// again, whatever it was doing. The answer says "Connection: close" (RFC 9112 9.6) when the server saw the stop
+// first, as a one-thread server always does; in a server of several threads the kernel may hand the signal to one
+// thread while another reads the request, which is then answered as any other, and the connection closed right
+// after, as an idle one. Either way the response comes whole and the connection ends with a FIN, never a reset.
 TEST_P(Signals, ARequestWaitingAtAStopIsAnswered) {
   SKIP_SIGNAL_TIMING_UNDER_TSAN();
-  SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES();
   if (!has_course_command_line()) return;
   if (!launch({})) return;  // with the handler's 1 ms: the request waits out its timer during the stop
   Client c = connect();
@@ -198,7 +200,9 @@ TEST_P(Signals, ARequestWaitingAtAStopIsAnswered) {
   server_->send_signal(SIGCONT);
   const auto r = c.read_response(deadline_in(kExitBound));
   ASSERT_TRUE(r) << "the request that was waiting at the stop: " << c.error();
-  EXPECT_TRUE(is_ok_response(*r, false, "close"));
+  EXPECT_TRUE(is_ok_response(*r, false, kEitherConnection));
+  const Client::Closed end = c.wait_closed(deadline_in(kExitBound));
+  EXPECT_EQ(end, Client::Closed::eof) << "after the answer the connection was " << Client::describe(end);
   c.close();
   const ExitStatus status = server_->wait_exit(deadline_in(kExitBound));
   EXPECT_TRUE(status.exited_with(0)) << status.describe() << "; stderr: " << server_->err();

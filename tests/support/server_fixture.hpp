@@ -506,18 +506,6 @@ class ServerFixture : public ::testing::TestWithParam<Param> {
 
 using ServerTest = ServerFixture<ServerInfo>;
 
-// Two rules of a connection's life hold for every server once its loop follows them: a body that keeps coming is
-// not cut off by the request deadline (common/deadline.hpp), and a request already waiting in the socket at a stop
-// is answered. The chapters listed here follow them; the checks of those rules skip the others (their event loops
-// are being moved onto one connection engine), and always run on a graded server.
-inline bool follows_the_connection_rules(const ServerInfo& s) {
-  return graded_command() || s.number == 1 || s.number == 2 || s.number == 3 || s.number == 4 || s.number == 5 ||
-         s.number == 7;
-}
-#define SKIP_UNLESS_IT_FOLLOWS_THE_CONNECTION_RULES()                                          \
-  if (!follows_the_connection_rules(server_info()))                                            \
-  GTEST_SKIP() << server_info().name << " does not follow the connection rules yet (see follows_the_connection_rules)"
-
 // Under ThreadSanitizer with ctest -j2, chapter 6's servers have taken 3 to 10 s to act on a signal (seen on
 // s06adv_sqpoll, _multishot_accept and _fixed_files), while alone they passed 46 of 46 times, and an idle one stops
 // within 0.1 s of SIGTERM even with two CPU hogs running. Why is not established: one suspect is that TSan runs a
