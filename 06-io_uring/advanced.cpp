@@ -114,13 +114,13 @@ class AdvancedLoop final : public Loop {
     if (features.fixed_files) register_files();
   }
 
-  void run(Fd listener) {
+  void run() {
     // --defer-taskrun: enabling the ring makes this thread its single issuer. (liburing 2.3 declares
     // io_uring_enable_rings() but does not export it, hence the system call.)
     if (features.defer_taskrun &&
         ::syscall(__NR_io_uring_register, ring_.ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0)
       fail_startup(std::string("--defer-taskrun: cannot enable the ring: ") + std::strerror(errno));
-    Loop::run(std::move(listener));
+    Loop::run();
   }
 
  private:
@@ -547,16 +547,6 @@ int main(int argc, char** argv) {
   const Options opts = options_or_exit(argc, argv, kModel);
   features = features_or_exit(opts);
   probe_or_exit(features);
-  start_workers(opts, kModel, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
-  start_process();
-  // As main.cpp's main(), with AdvancedLoop: one ring per loop, created before listening, and one SO_REUSEPORT
-  // listener per loop.
-  std::vector<std::unique_ptr<AdvancedLoop>> loops;
-  for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<AdvancedLoop>(opts));
-  std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < opts.threads; ++i)
-    threads.emplace_back(&AdvancedLoop::run, loops[i].get(), std::move(listeners[i]));
-  for (std::thread& t : threads) t.join();
+  run_loops<AdvancedLoop>(opts, kModel, opts.threads);  // as main.cpp's main(), with AdvancedLoop
   return 0;  // every loop has closed its listener and connections; the rings close with the Loops
 }

@@ -24,7 +24,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "../common/closing.hpp"
@@ -144,9 +143,10 @@ class Loop {
   virtual ~Loop() { io_uring_queue_exit(&ring_.ring); }
   Loop(const Loop&) = delete;  // it owns a ring (and so cannot be assigned either: Ring's members forbid it)
 
+  void listen_on(Fd listener) { listener_ = std::move(listener); }
+
   // [excerpt:loop-turn]
-  void run(Fd listener) {
-    listener_ = std::move(listener);
+  void run() {
     arm_accept();
     // The stop eventfd stays readable once a stop is requested, so a poll armed after the signal still fires.
     io_uring_sqe* sqe = ring_.get_sqe();
@@ -435,16 +435,9 @@ class Loop {
 int main(int argc, char** argv) {
   const Model model{"06-io_uring", default_thread_count(), "", {kProcessesFlag}};
   const Options opts = options_or_exit(argc, argv, model);
-  start_workers(opts, model, opts.threads);  // --processes P: from here on, in each of P workers (workers.hpp)
-  start_process();
-  // One ring per loop, created before listening so that "io_uring is unavailable" comes before "listening on".
-  std::vector<std::unique_ptr<Loop>> loops;
-  for (int i = 0; i < opts.threads; ++i) loops.push_back(std::make_unique<Loop>(opts));
-  // One SO_REUSEPORT listener per loop: the kernel spreads new connections over them; no two loops share anything.
-  std::vector<Fd> listeners = worker_listen_sockets(opts, opts.threads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < opts.threads; ++i) threads.emplace_back(&Loop::run, loops[i].get(), std::move(listeners[i]));
-  for (std::thread& t : threads) t.join();
+  // One ring per loop, created before listening (so "io_uring is unavailable" comes before "listening on"), one
+  // SO_REUSEPORT listener each, one thread each, in each --processes worker (workers.hpp).
+  run_loops<Loop>(opts, model, opts.threads);
   return 0;  // every loop has closed its listener and connections; the rings close with the Loops
 }
 #endif
