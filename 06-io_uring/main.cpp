@@ -376,7 +376,7 @@ class Loop {
     for (Conn& c : conns_)
       if (c.fd >= 0 && !closing(c)) apply(c, engine_.on_stop(c.life, now));
   }
-  void look_before_deadlines() {
+  virtual void look_before_deadlines() {
     do {
       io_uring_submit_and_get_events(&ring_.ring);  // no wait
       ring_.reap();
