@@ -114,7 +114,7 @@ void serve(Fd client, ConnectionQueue& queue, OpenConnections& open, const Optio
     // this client has nothing more buffered (the next step would be a blocking recv()), we answer this request with
     // "Connection: close" and move on; the client reconnects and queues like everyone else. When nobody waits, the
     // connection stays open and spares the next request a TCP handshake.
-    if (in.empty() && queue.has_waiting()) p.request.keep_alive = false;
+    if (reader.idle(in) && queue.has_waiting()) p.request.keep_alive = false;
     Outgoing out = respond(opts, p.request);  // the 1 KB body, or with --root a file for sendfile()
     bool sent = send_whole(client.get(), out);
     if (!sent || !out.keep_alive) return end_after_response(client.get(), sent);  // graceful, or reset if not sent

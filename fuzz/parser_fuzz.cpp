@@ -88,13 +88,14 @@ void check_response(std::string_view r, int status, bool head_only, bool keep_al
           "the Connection header says what the server will do");
 }
 
-// Promises 1, 3 and 6 for one answer. `in` is what the reader left in the buffer.
-void check_answer(const Parse& p, const std::string& in) {
+// Promises 1, 3 and 6 for one answer. `in` is the buffer, `unread` what the reader has not read of it yet.
+void check_answer(const Parse& p, const std::string& in, std::string_view unread) {
+  require(in.size() <= 2 * unread.size(), "what was read is at most half the buffer: it goes in one erase");
   switch (p.status) {
     case Parse::kIncomplete:
     case Parse::kContinue:
       require(p.error == 0, "only kError has an error");
-      require(in.size() < 2 * http::kMaxHead, "waiting for more, the reader holds less than 2 x kMaxHead");
+      require(unread.size() < 2 * http::kMaxHead, "waiting for more, the reader holds less than 2 x kMaxHead");
       break;
     case Parse::kComplete: {
       require(p.error == 0 && p.length > 0, "kComplete has a length and no error");
@@ -125,7 +126,7 @@ Outcome read_all(const std::vector<std::string_view>& pieces) {
     in.append(piece);
     for (;;) {
       Parse p = reader.next(in);
-      check_answer(p, in);
+      check_answer(p, in, reader.unread(in));
       if (p.status == Parse::kComplete) {
         o.requests.push_back(p);
         continue;
