@@ -134,9 +134,6 @@ class AdvancedLoop final : public Loop {
     return c.op != Op::kNone || e.receiving || e.shutting > 0 || e.zc_notifs > 0;
   }
 
-  // --multishot-accept: a CQE with IORING_CQE_F_MORE brings a connection, and the accept goes on. Its last CQE (an
-  // error, the stop's cancel, or when the kernel chooses, as with a full CQ) goes to on_accept like a single one's.
-  // --fixed-files: the results of close_direct(), which point at nothing of ours.
   // --sqpoll: the SQPOLL thread, not this one, runs the task work that posts the completion of a recv whose socket
   // already holds bytes, so the stop's look, which does not wait, can miss a request that was there (1 stop in about
   // 30 in Signals.ARequestWaitingAtAStopIsAnswered). Give that thread up to 50 ms to post it, once per turn of a stop.
@@ -149,6 +146,9 @@ class AdvancedLoop final : public Loop {
     Loop::look_before_deadlines();
   }
 
+  // --multishot-accept: a CQE with IORING_CQE_F_MORE brings a connection, and the accept goes on. Its last CQE (an
+  // error, the stop's cancel, or when the kernel chooses, as with a full CQ) goes to on_accept like a single one's.
+  // --fixed-files: the results of close_direct(), which point at nothing of ours.
   void dispatch(const Completion& done) override {
     const Op op = decode(done.user_data).op;
     if (op == Op::kAccept && (done.flags & IORING_CQE_F_MORE))
