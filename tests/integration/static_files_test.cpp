@@ -17,7 +17,6 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -351,19 +350,24 @@ TEST_P(StaticFiles, TraversalInAnySpellingNeverLeaks) {
   const auto one_line = [](const HttpResponse& r) {
     return r.status_line + (r.header("Location") ? ", Location: " + *r.header("Location") : "");
   };
-  // /etc/passwd's own first line (root:x:0:0:...), not any text that holds "root:" (an index.html may).
-  static const std::regex passwd_line(R"(root:[^:\r\n]*:0:0:)");
+  // Where /etc/passwd's own line for root (root:x:0:0:...) starts, not any text that holds "root:" (an index.html
+  // may). (No std::regex: GCC 12 warns inside <regex> in the sanitizer build, and warnings are errors.)
+  const auto passwd_line = [](const std::string& bytes) {
+    for (std::size_t at = bytes.find("root:"); at != std::string::npos; at = bytes.find("root:", at + 1)) {
+      const std::size_t end = bytes.find_first_of(":\r\n", at + 5);
+      if (end != std::string::npos && bytes.compare(end, 5, ":0:0:") == 0) return at;
+    }
+    return std::string::npos;
+  };
   for (const Case& k : cases) {
     const std::string what = "GET " + k.target + ": ";
     const Exchange x = exchange_once(request("GET", k.target, "HTTP/1.1", "Connection: close\r\n"));
-    std::smatch passwd;
     if (const auto at = x.bytes.find(root.marker()); at != std::string::npos) {
       leaks.push_back(what + "a file outside the root leaked: " + Client::preview(x.bytes.substr(at, 60)));
       continue;
     }
-    if (std::regex_search(x.bytes, passwd, passwd_line)) {
-      leaks.push_back(what + "/etc/passwd leaked: " +
-                      Client::preview(x.bytes.substr(static_cast<std::size_t>(passwd.position(0)), 60)));
+    if (const auto at = passwd_line(x.bytes); at != std::string::npos) {
+      leaks.push_back(what + "/etc/passwd leaked: " + Client::preview(x.bytes.substr(at, 60)));
       continue;
     }
     if (!x.response) {
