@@ -35,8 +35,7 @@ length is the sources' (GUIDE.md budgets it in lines); tables, the runs' provena
 (<details>) count, since the core-path reader reads them. The whole text before the first `##` heading is core.
 A core over MAX_CORE_WORDS words fails the check, and so does a page over MAX_CHAPTER_WORDS; so does a chapter
 without a box, a box that does not match the chapter's core sections, a depth note that points to the wrong place,
-and a lab marked depth. The chapters in EXEMPT are held to everything but the two lengths for now (see there); the
-check prints how far over they are, so that the exemption is seen, not forgotten.
+and a lab marked depth.
 
 Standard library only; Python 3.8+.
 """
@@ -53,10 +52,6 @@ import sync  # noqa: E402  (docs/tools/sync.py: GitHub's slugs, fenced code)
 MAX_CORE_WORDS = 3000      # a chapter's core path: about 15 minutes of reading
 MAX_CHAPTER_WORDS = 5000   # any page of docs/, chapter or not, depth included
 
-# Chapters held to every rule but the two lengths, until the connection-engine rewrite lands (issue 34): their
-# loops, excerpts and runs are being rewritten, and they are cut to length after it (issue 35). Remove a chapter
-# from this set as soon as it fits; the check prints how far over each one still is.
-EXEMPT = frozenset()  # 06 fits since issue 35; none is exempt now
 TOLERANCE = 100  # the box's "about N words" may be this far from the count
 HEADING_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 BOX_RE = re.compile(r"^> \*\*Core path\*\*")
@@ -183,17 +178,15 @@ def page_words(text):
 
 
 def length_problems(doc, core, total):
-    """The length rules: [problems], and [what is over] for a page in EXEMPT (reported, not failed)."""
+    """The length rules: [problems]."""
     over = []
     if core is not None and core > MAX_CORE_WORDS:
         over.append(f"the core path has {core:,} words, over {MAX_CORE_WORDS:,}")
     if total > MAX_CHAPTER_WORDS:
         over.append(f"the page has {total:,} words in all, over {MAX_CHAPTER_WORDS:,}")
-    if doc in EXEMPT:
-        return [], over
     fixes = {True: "mark a section depth (a `> **Depth**` note under its heading) or move it to an appendix",
              False: "split it into two pages (keep a short section under each heading other pages link to)"}
-    return [f"{doc}: {what}: {fixes[what.startswith('the core')]}" for what in over], []
+    return [f"{doc}: {what}: {fixes[what.startswith('the core')]}" for what in over]
 
 
 def check_chapter(doc, text):
@@ -201,7 +194,7 @@ def check_chapter(doc, text):
     box, sections, top_words, found = analyse(text)
     problems = [f"{doc}:{p}" for p in found]
     count = core_words(sections, top_words)
-    problems += length_problems(doc, count, top_words + sum(s.words for s in sections))[0]
+    problems += length_problems(doc, count, top_words + sum(s.words for s in sections))
     if box is None:
         problems.append(f"{doc}: no core path box: the first screen (before the first `##`) needs a block quote "
                         f"that starts with `> **Core path**` (see docs/tools/corepath.py)")
@@ -276,16 +269,14 @@ def main(argv=None):
                         help="only these pages (repository paths); default: every docs/*.md, chapters first")
     options = parser.parse_args(argv)
     root = os.path.abspath(options.root)
-    problems, total_core, total, exempt = [], 0, 0, []
+    problems, total_core, total = [], 0, 0
     files = options.files or chapter_files(root) + other_pages(root)
     for doc in files:
         full = os.path.join(root, doc)
         text = sync.read_text(full)
         if not sync.CHAPTER_RE.match(os.path.basename(doc)) and analyse(text)[0] is None:
             words = page_words(text)
-            found, over = length_problems(doc, None, words)
-            problems += found
-            exempt += [f"{doc}: {what}" for what in over]
+            problems += length_problems(doc, None, words)
             print(f"{doc}: {words:,} words (not a chapter: no core path)")
             continue
         found, count = check_chapter(doc, text)
@@ -298,20 +289,16 @@ def main(argv=None):
                 found, count = check_chapter(doc, new_text)
         problems += found
         all_words = page_words(text)
-        exempt += [f"{doc}: {what}" for what in length_problems(doc, count, all_words)[1]]
         total_core += count
         total += all_words
         print(f"{doc}: core {count:,} words of {all_words:,}")
-    for line in exempt:
-        print(f"exempt until the connection-engine rewrite lands (issue 34), not failed: {line}")
     if problems:
         print(f"{len(problems)} problem(s) in the core paths:", file=sys.stderr)
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
     print(f"core paths checked: {total_core:,} words of {total:,} in the chapters; every core at most "
-          f"{MAX_CORE_WORDS:,} and every page at most {MAX_CHAPTER_WORDS:,} words"
-          + (f", but for the {len(exempt)} exemption(s) above" if exempt else ""))
+          f"{MAX_CORE_WORDS:,} and every page at most {MAX_CHAPTER_WORDS:,} words")
     return 0
 
 

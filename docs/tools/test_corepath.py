@@ -7,7 +7,6 @@ import os
 import sys
 import tempfile
 import unittest
-from unittest import mock
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import corepath  # noqa: E402
@@ -225,30 +224,14 @@ class CorePathTest(ScratchFiles, unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("docs/static-files.md:7: the core path box does not list the core sections in order", report)
 
-    def test_an_exempt_chapter_is_reported_not_failed(self):
-        # A made-up chapter stands for whichever one is exempt (none is today).
-        with mock.patch.object(corepath, "EXEMPT", frozenset({"docs/09-made-up.md"})):
-            self.check_exemption()
-
-    def check_exemption(self):
+    def test_a_chapter_over_both_lengths_fails_with_both(self):
         long_core = CHAPTER.replace("Five words, in a sentence.\n", "word " * 3100 + "\n").replace(
             "Many words here", "word " * 2000 + "\nMany words here")
         self.write("docs/09-made-up.md", long_core.replace("about 0 words", "about 3,100 words"))
         code, report = self.run_tool("--check")
-        self.assertEqual(code, 0, report)
-        self.assertIn("exempt until the connection-engine rewrite lands (issue 34), not failed: docs/09-made-up.md: the "
-                      "core path has 3,116 words, over 3,000", report)
+        self.assertEqual(code, 1, report)
+        self.assertIn("docs/09-made-up.md: the core path has 3,116 words, over 3,000", report)
         self.assertIn("docs/09-made-up.md: the page has 5,149 words in all, over 5,000", report)
-        # The exemption is from the lengths only: a wrong box still fails.
-        self.write("docs/09-made-up.md", long_core.replace("about 0 words", "about 100 words"))
-        code, report = self.run_tool("--check")
-        self.assertEqual(code, 1)
-        self.assertIn("docs/09-made-up.md:7: the core path box says about 100 words, the core has 3,116", report)
-        # The same chapter under another name is not exempt.
-        self.write("docs/09-made-up.md", CHAPTER.replace("about 0", "about 100"))
-        self.write("docs/10-ten.md", long_core.replace("about 0 words", "about 3,100 words"))
-        self.assertEqual(self.run_tool("--check")[0], 1)
-
 
 if __name__ == "__main__":
     unittest.main()
