@@ -54,6 +54,9 @@ to the repository root, whichever file the block is in.
                                                         one cell of a run's table (rows=, c=, where=, table= as in
                                                         results blocks, and they must leave exactly one row), so that
                                                         a number in the prose is checked like a table
+  ... costs <!-- value: benchmark/results/RUN/counters.csv where="counters=none" col=cpu_us_per_req --><!-- /value -->
+                                                        one cell of another CSV file of a run, as it is (rows=,
+                                                        where=; no median): counters.csv, the counters' cost
 
 Runs of older code. Every results, figure, chart and value names a run, and the run measured the code of its day.
 fingerprint.py hashes each server's code (its folder and common/, comments and whitespace ignored); a run's
@@ -511,12 +514,18 @@ def render_value(root, doc, args):
     if path is None or not options.get("col"):
         raise BlockError("value needs a summary.md and col=COLUMN, e.g. <!-- value: benchmark/results/RUN/summary.md "
                          "rows=01 c=10 col=syscalls/req --><!-- /value -->")
-    summary = Summary(root, path)
-    number = options.get("table") or "1"
-    if not re.fullmatch(r"[1-9][0-9]*", number) or int(number) > len(summary.tables):
-        raise BlockError(f"table={number}: {path} has {len(summary.tables)} table(s)")
-    table = summary.tables[int(number) - 1]
-    header, rows = table.header, table.rows
+    if path.endswith(".csv"):  # another file of the run (counters.csv): its rows as they are, no median
+        summary = run_summary(root, path)
+        header, rows = read_csv_table(path, os.path.join(root, path))
+        all_rows = rows
+    else:
+        summary = Summary(root, path)
+        number = options.get("table") or "1"
+        if not re.fullmatch(r"[1-9][0-9]*", number) or int(number) > len(summary.tables):
+            raise BlockError(f"table={number}: {path} has {len(summary.tables)} table(s)")
+        table = summary.tables[int(number) - 1]
+        header, rows = table.header, table.rows
+        all_rows = table.rows
     if options["col"] not in header:
         raise BlockError(f"{path} has no column {options['col']} (it has: {', '.join(header)})")
     if options.get("rows"):
@@ -527,7 +536,7 @@ def render_value(root, doc, args):
             raise BlockError(f"{path} has no `c` or `connections` column to filter on")
         rows = [r for r in rows if cell_of(r, column) in [v.strip() for v in options["c"].split(",")]]
     if options.get("where"):
-        rows = rows_where(path, header, table.rows, rows, options["where"])
+        rows = rows_where(path, header, all_rows, rows, options["where"])
     if len(rows) != 1:
         raise BlockError(f"{len(rows)} rows of {path} match {filters_text(options, ('rows', 'c', 'where'))}: "
                          f"a value needs exactly one (narrow it with rows=, c= or where=)")
@@ -582,6 +591,17 @@ def grouped_warnings(warnings):
         out.append(f"{name}: {what} at {listed} req/s ({runs} run{'s' if runs > 1 else ''})" +
                    (f": {tail}" if tail else ""))
     return out
+
+
+def read_csv_table(path, full):
+    """A run's CSV file (counters.csv, raw.csv) as a header and rows of stripped cells."""
+    if not os.path.isfile(full):
+        raise BlockError(f"{path} does not exist (is the results folder committed?)")
+    with open(full, encoding="utf-8", newline="") as f:
+        table = [[cell.strip() for cell in row] for row in csv.reader(f) if any(c.strip() for c in row)]
+    if len(table) < 2:
+        raise BlockError(f"{path} has no rows")
+    return table[0], table[1:]
 
 
 def run_summary(root, path):
@@ -642,14 +662,10 @@ class RawRuns:
     ones after `repetition` are what the run measured."""
 
     def __init__(self, root, path):
-        full = os.path.join(root, path)
-        if not os.path.isfile(full):
-            raise BlockError(f"raw file {path} does not exist (is the results folder committed?)")
-        with open(full, encoding="utf-8", newline="") as f:
-            table = [[cell.strip() for cell in row] for row in csv.reader(f) if any(c.strip() for c in row)]
-        if not table or table[0][0] != "server":
+        self.header, self.rows = read_csv_table(path, os.path.join(root, path))
+        if self.header[0] != "server":
             raise BlockError(f"{path} is not a benchmark raw.csv (its first column should be `server`)")
-        self.path, self.header, self.rows = path, table[0], table[1:]
+        self.path = path
         # A run the benchmark measured again because it was disturbed (--retry-disturbed; --mode latency) stays in
         # raw.csv marked `measured again`, and counts no more than it does in the summary.
         if "disturbed" in self.header:

@@ -565,6 +565,19 @@ class SyncTest(ScratchFiles, unittest.TestCase):
         self.assertIn("docs/README.md:3: a line that starts with a value marker starts an HTML block", report)
         self.assertNotIn("nowhere.md", report)
 
+    def test_an_inline_value_reads_a_csv_file_of_its_run(self):
+        self.write("benchmark/results/R1/counters.csv", "server,concurrency,counters,cpu_us_per_req\n"
+                                                        "05-epoll,10,perf stat,7.5\n05-epoll,10,none,7.4\n")
+        marker = '<!-- value: benchmark/results/R1/counters.csv where="counters=none" col=cpu_us_per_req -->'
+        self.write("docs/README.md", f"# C\n\nWithout counters, {marker}<!-- /value --> µs.\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn(f"{marker}7.4<!-- /value --> µs", self.read("docs/README.md"))
+        self.write("docs/README.md", "# C\n\n<!-- value: benchmark/results/R1/counters.csv col=cpu_us_per_req -->"
+                                     "<!-- /value -->\n")
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("2 rows of benchmark/results/R1/counters.csv match", report)
+
     def test_fingerprints_ignore_comments_and_whitespace_only(self):
         before = fingerprint.fingerprints(self.root)["05-epoll"]
         self.write("05-epoll/main.cpp", "/* a new header */\n" + SOURCE.replace("step();", "step( ) ;  // why"))
