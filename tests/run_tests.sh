@@ -32,8 +32,10 @@ ensure_packages g++ cmake make pkg-config liburing-dev libboost-dev libasio-dev 
   apache2-utils wrk curl || exit 1
 # Optional: without them the benchmark draws no plot and counts no syscalls, and its shellcheck test is skipped.
 # (linux-perf is Debian's name; Ubuntu's is linux-tools-*, so a failure here is not fatal.)
+# strace, ss and nstat (iproute2) and pmap (procps) are the labs' tools; minimal images lack them.
 if [ "$(id -u)" -eq 0 ]; then
   ensure_packages gnuplot-nox linux-perf shellcheck || echo "(optional: gnuplot-nox, linux-perf or shellcheck could not be installed)" >&2
+  ensure_packages strace iproute2 procps || echo "(optional: the labs' strace, iproute2 or procps could not be installed)" >&2
 fi
 
 build="build${sanitize:+-$sanitize}"

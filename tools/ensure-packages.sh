@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ensure_packages PKG...: make sure the Debian/Ubuntu packages are installed.
 # As root, installs the missing ones (one `apt-get update` first); otherwise prints the one
-# `apt-get install` line that is needed and returns 1. Sourced by tests/run_tests.sh, benchmark/benchmark.sh and
-# fuzz/run_fuzz.sh.
+# `apt-get update && apt-get install` line that is needed and returns 1. Sourced by tests/run_tests.sh,
+# benchmark/benchmark.sh and fuzz/run_fuzz.sh.
 #
 # Several of these may run at once (CTest runs the benchmark's smoke tests in parallel, and each may install what
 # it misses), and dpkg allows one installer at a time. So the project's own installs take turns on one lock file,
@@ -22,7 +22,7 @@ ensure_packages() {
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing packages; install them with:" >&2
-    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
     return 1
   fi
   (
