@@ -12,6 +12,8 @@ to the repository root, whichever file the block is in.
 
   <!-- excerpt: 05-epoll/main.cpp#loop -->              the lines between `// [excerpt:loop]` and
   <!-- /excerpt -->                                     `// [/excerpt:loop]` in that file, de-indented, fenced
+  <!-- excerpt: 07-asio/main.cpp trimmed -->            a fenced block written by hand, cut down with `...` lines:
+  <!-- /excerpt -->                                     the check fails when a line is not the file's, in order
 
   <!-- results: benchmark/results/RUN/summary.md rows=05-epoll,nginx c=100,500 -->
   <!-- /results -->                                     the run's provenance list, its table (only the rows whose
@@ -173,11 +175,40 @@ def excerpt_lines(root, spec):
     return path, name, text.split("\n")
 
 
-def render_excerpt(root, doc, args):
+def trimmed_excerpt(root, doc, path, old):
+    """A trimmed excerpt is written by hand, since no pair of markers can cut a function down to its chain: a fenced
+    block whose lines are all the file's lines, in the file's order, except `...` lines (what is left out) and
+    blank lines. A line may leave out the file line's trailing `//` comment. The check keeps it true of the code."""
+    full = os.path.join(root, path)
+    if not os.path.isfile(full):
+        raise BlockError(f"excerpt source {path} does not exist")
+    fence = [i for i, line in enumerate(old or []) if re.match(r"^(`{3,}|~{3,})", line)]
+    if len(fence) < 2:
+        raise BlockError("a trimmed excerpt is written by hand: put a fenced code block between its markers")
+    source = [line.strip() for line in read_text(full).split("\n")]
+    at = 0
+    for line in old[fence[0] + 1:fence[1]]:
+        wanted = line.strip()
+        if not wanted or wanted == "...":
+            continue
+        found = next((j for j in range(at, len(source))
+                      if wanted in (source[j], re.sub(r"\s*//.*$", "", source[j]))), None)
+        if found is None:
+            raise BlockError(f"the trimmed excerpt's line `{wanted}` is not in {path} after the lines before it "
+                             f"(the code changed: trim it again from the file)")
+        at = found + 1
+    caption = (f"<sub>Trimmed from [`{path}`]({rel_link(doc, path, root)}): every line is the file's, in its "
+               f"order; `...` marks what is left out.</sub>")
+    return old[:fence[1] + 1] + [caption]
+
+
+def render_excerpt(root, doc, args, old=None):
     spec, options = parse_args("excerpt", args)
-    check_options("excerpt", options, [])
+    check_options("excerpt", options, ["trimmed"])
     if spec is None:
         raise BlockError("excerpt needs PATH#NAME, e.g. <!-- excerpt: 05-epoll/main.cpp#loop -->")
+    if "trimmed" in options:
+        return trimmed_excerpt(root, doc, spec, old)
     path, name, lines = excerpt_lines(root, spec)
     language = SOURCE_LANGUAGES.get(os.path.splitext(path)[1], "")
     longest = max((len(m) for m in re.findall(r"`+", "\n".join(lines))), default=0)
@@ -1118,7 +1149,7 @@ def refresh(root, doc, text, files=None, citations=None):
         old = lines[i + 1:end] if end is not None else None
         try:
             new = RENDERERS[kind](root, doc, args, run_above) if kind in ("results", "figure", "chart") else \
-                RENDERERS[kind](root, doc, args)
+                RENDERERS[kind](root, doc, args, old) if kind == "excerpt" else RENDERERS[kind](root, doc, args)
         except BlockError as e:
             errors.append(f"{doc}:{i + 1}: {kind} block: {e}")
             new = old if old is not None else []

@@ -565,6 +565,17 @@ class SyncTest(ScratchFiles, unittest.TestCase):
         self.assertIn("docs/README.md:3: a line that starts with a value marker starts an HTML block", report)
         self.assertNotIn("nowhere.md", report)
 
+    def test_a_trimmed_excerpt_is_checked_line_by_line_against_its_file(self):
+        block = "```cpp\nint main() {\n  ...\n    step();\n}\n```\n"
+        self.write("docs/README.md", f"# C\n\n<!-- excerpt: 05-epoll/main.cpp trimmed -->\n{block}<!-- /excerpt -->\n")
+        self.assertEqual(self.run_sync()[0], 0)
+        self.assertIn("Trimmed from [`05-epoll/main.cpp`]", self.read("docs/README.md"))
+        self.assertEqual(self.run_sync("--check")[0], 0)
+        self.write("05-epoll/main.cpp", SOURCE.replace("step();", "step(1);"))
+        code, report = self.run_sync("--check")
+        self.assertEqual(code, 1)
+        self.assertIn("the trimmed excerpt's line `step();` is not in 05-epoll/main.cpp", report)
+
     def test_an_inline_value_reads_a_csv_file_of_its_run(self):
         self.write("benchmark/results/R1/counters.csv", "server,concurrency,counters,cpu_us_per_req\n"
                                                         "05-epoll,10,perf stat,7.5\n05-epoll,10,none,7.4\n")
