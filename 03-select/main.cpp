@@ -71,8 +71,8 @@ class Loop : public ReadinessLoop<Loop> {
       int ready = ::select(max_fd_ + 1, &readable, &writable, nullptr, wait ? &timeout : nullptr);
       if (ready < 0) continue;  // EINTR: a signal arrived; the next turn looks at the stop flag
 
-      // The O(n) part: select() says how many fds are ready, not which, so every connection is looked at (and the
-      // kernel has already walked every fd up to max_fd_ to fill in the sets).
+      // The O(n) part: select() marks the ready fds in the sets but returns no list of them, so every connection is
+      // tested (and the kernel has already walked every fd up to max_fd_ to fill in the sets).
       for (auto it = conns_.begin(); it != conns_.end();) {
         Conn& c = (it++)->second;  // step past c first: handling it may close it and erase it from the table
         if (FD_ISSET(c.fd.get(), &readable)) on_readable(c);

@@ -146,7 +146,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  // [excerpt:read]
   // Do::kRead. Idle between requests (no Exchange: life_.busy() is false), the connection waits for readability
   // and then reads itself, into the stack. Not async_read_some(): a pending read's buffer must stay put until it
   // completes, so every idle connection would pin one, and a million idle connections a million buffers; a wait
@@ -197,7 +196,6 @@ class Session : public std::enable_shared_from_this<Session> {
     if (now < engine().deadline(life_)) return read();  // a stale readiness: wait again
     apply(engine().on_timer(life_, life_.epoch(), now));
   }
-  // [/excerpt:read]
 
   // [excerpt:deadline]
   // Next::arm (THE CONTRACT, 3). Two timers: delay_ for the handler's delay, timer_ for every deadline. The delay

@@ -89,7 +89,6 @@ class ReadinessLoop {
     apply(c, engine_.start(c.life, Clock::now()));
   }
 
-  // [excerpt:ready]
   // Readable: one recv(), whatever the state (LINGERING's bytes are thrown away by the engine). This needs
   // level-triggered readiness (select(), and epoll without EPOLLET): the socket is reported again next turn if more
   // is left, so no connection starves the others and no missed edge can hang one. (Edge-triggered, every handler
@@ -131,7 +130,6 @@ class ReadinessLoop {
       }
     }
   }
-  // [/excerpt:ready]
 
   // Out of descriptors with a connection we can neither accept nor shed (net.hpp: accept_client()): the listener
   // stays readable, so a level-triggered loop would spin on it. Stop watching it for kAcceptPause; a timer turns
