@@ -292,7 +292,7 @@ class AdvancedLoop final : public Loop {
   // deadline. (Into a blocking socket the splice would wait in its worker until the client had read it all, and no
   // cancel could end it: seen on 6.18.) The two splices are not linked: a chain goes on only if an operation moves
   // all it was asked for, and the file splice moves what fits in the pipe, which would end the chain.
-  // main.cpp's sendfile() measured cheaper than two splices in workers (docs/io_uring-advanced.md), but --fixed-files
+  // main.cpp's sendfile() measured level with two splices in workers (docs/io_uring-advanced.md), but --fixed-files
   // needs this path: a registered file has no descriptor number for sendfile(), and a splice names it with
   // IOSQE_FIXED_FILE. `benchmark.sh --mode files 06 06-io_uring-advanced:--splice` measures the two side by side.
   Next send(Conn& c) override {
